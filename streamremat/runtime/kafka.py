@@ -1,0 +1,341 @@
+"""Small typed helpers over aiokafka: topics, offsets, bulk produce, read-to-end.
+
+Used by tests, the worker and benchmarks. Every helper opens and closes its own
+client, so each call is self-contained; hot paths should hold their own clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+IsolationLevel = Literal["read_committed", "read_uncommitted"]
+Headers = Sequence[tuple[str, bytes]]
+
+# Kafka protocol error codes we tolerate in idempotent admin calls.
+_NO_ERROR = 0
+_UNKNOWN_TOPIC = 3
+_TOPIC_EXISTS = 36
+_PRODUCE_WINDOW = 20_000  # sends in flight before we wait for acks
+
+
+class KafkaAdminError(RuntimeError):
+    """The broker rejected an admin request."""
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int = 1
+    config: Mapping[str, str] = field(default_factory=dict)
+    replication_factor: int = 1
+
+
+class ProducerRecord(NamedTuple):
+    """What ``produce`` sends. A plain 5-tuple of the same shape works too."""
+
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int | None = None
+    partition: int | None = None
+    headers: Headers = ()
+
+
+RecordTuple = tuple[bytes | None, bytes | None, int | None, int | None, Headers]
+
+
+class ConsumedRecord(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+    headers: tuple[tuple[str, bytes], ...]
+
+
+@asynccontextmanager
+async def admin_client(bootstrap: str) -> AsyncIterator[Any]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+    await admin.start()
+    try:
+        yield admin
+    finally:
+        await admin.close()
+
+
+async def cluster_ready(bootstrap: str, timeout_s: float = 5.0) -> bool:
+    """True if the broker answers a metadata request with at least one broker."""
+    try:
+        async with asyncio.timeout(timeout_s), admin_client(bootstrap) as admin:
+            cluster: dict[str, Any] = await admin.describe_cluster()
+            return bool(cluster.get("brokers"))
+    except Exception:  # any failure just means "not ready yet"
+        return False
+
+
+async def create_topics(
+    bootstrap: str, specs: Sequence[TopicSpec], *, wait_s: float = 30.0
+) -> list[str]:
+    """Create topics that don't exist yet; return the names created now.
+
+    Waits until every requested topic has a leader for each partition, so
+    producing right after this returns works.
+    """
+    if not specs:
+        return []
+    new = [
+        NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=dict(s.config))
+        for s in specs
+    ]
+    async with admin_client(bootstrap) as admin:
+        response = await admin.create_topics(new)
+        created = []
+        for name, code, message in _topic_errors(response):
+            if code == _NO_ERROR:
+                created.append(name)
+            elif code != _TOPIC_EXISTS:
+                raise KafkaAdminError(f"create topic {name!r} failed: error {code} {message}")
+        await _wait_for_leaders(admin, {s.name: s.partitions for s in specs}, wait_s)
+    return created
+
+
+async def delete_topics(bootstrap: str, names: Sequence[str]) -> None:
+    """Delete topics; topics that don't exist are ignored."""
+    if not names:
+        return
+    async with admin_client(bootstrap) as admin:
+        response = await admin.delete_topics(list(names))
+        for name, code, message in _topic_errors(response):
+            if code not in (_NO_ERROR, _UNKNOWN_TOPIC):
+                raise KafkaAdminError(f"delete topic {name!r} failed: error {code} {message}")
+
+
+async def list_topics(bootstrap: str) -> list[str]:
+    async with admin_client(bootstrap) as admin:
+        names: list[str] = await admin.list_topics()
+        return sorted(names)
+
+
+async def topic_partitions(bootstrap: str, topic: str) -> list[int]:
+    """Sorted partition ids of ``topic``; KafkaAdminError if it doesn't exist."""
+    async with admin_client(bootstrap) as admin:
+        described = await admin.describe_topics([topic])
+    for item in described:
+        if item["topic"] == topic:
+            if item["error_code"] != _NO_ERROR:
+                raise KafkaAdminError(f"topic {topic!r}: error {item['error_code']}")
+            return sorted(p["partition"] for p in item["partitions"])
+    raise KafkaAdminError(f"topic {topic!r} not found")
+
+
+async def topic_config(bootstrap: str, topic: str) -> dict[str, str]:
+    """The broker-side effective config of ``topic`` (e.g. ``retention.ms``)."""
+    async with admin_client(bootstrap) as admin:
+        responses = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic)]
+        )
+    result: dict[str, str] = {}
+    for response in responses:
+        for resource in response.to_object()["resources"]:
+            if resource["resource_name"] != topic:
+                continue
+            if resource["error_code"] != _NO_ERROR:
+                raise KafkaAdminError(
+                    f"describe config of {topic!r}: error {resource['error_code']} "
+                    f"{resource['error_message']}"
+                )
+            for entry in resource["config_entries"]:
+                if entry["config_value"] is not None:
+                    result[entry["config_names"]] = entry["config_value"]
+    return result
+
+
+async def end_offsets(
+    bootstrap: str, topic: str, isolation_level: IsolationLevel = "read_uncommitted"
+) -> dict[int, int]:
+    """Per partition, the offset the next record will get (the LSO under read_committed)."""
+    async with _consumer(bootstrap, isolation_level) as consumer:
+        tps = _tps(topic, await topic_partitions(bootstrap, topic))
+        offsets: dict[TopicPartition, int] = await consumer.end_offsets(tps)
+    return {tp.partition: off for tp, off in offsets.items()}
+
+
+async def beginning_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Per partition, the earliest retained offset."""
+    async with _consumer(bootstrap, "read_uncommitted") as consumer:
+        tps = _tps(topic, await topic_partitions(bootstrap, topic))
+        offsets: dict[TopicPartition, int] = await consumer.beginning_offsets(tps)
+    return {tp.partition: off for tp, off in offsets.items()}
+
+
+async def produce(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[RecordTuple],
+    *,
+    linger_ms: int = 5,
+    compression_type: str | None = None,
+) -> int:
+    """Send many records fast (pipelined, idempotent, acks=all); return how many were sent.
+
+    Sends are batched by the producer and awaited in windows, never one by one.
+    """
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=linger_ms,
+        max_batch_size=256 * 1024,
+        compression_type=compression_type,
+    )
+    await producer.start()
+    count = 0
+    pending: list[Awaitable[Any]] = []
+    try:
+        for key, value, timestamp_ms, partition, headers in records:
+            pending.append(
+                await producer.send(
+                    topic,
+                    value=value,
+                    key=key,
+                    partition=partition,
+                    timestamp_ms=timestamp_ms,
+                    headers=list(headers) or None,
+                )
+            )
+            count += 1
+            if len(pending) >= _PRODUCE_WINDOW:
+                await asyncio.gather(*pending)
+                pending.clear()
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+    return count
+
+
+async def consume_all(
+    bootstrap: str,
+    topic: str,
+    *,
+    isolation_level: IsolationLevel = "read_committed",
+    partitions: Sequence[int] | None = None,
+    timeout_s: float = 30.0,
+) -> list[ConsumedRecord]:
+    """Read ``topic`` from the beginning up to its current end offsets (no group).
+
+    Under read_committed the end is the last stable offset, so records of open
+    transactions are not waited for. Records are ordered by partition, then offset.
+    """
+    async with _consumer(bootstrap, isolation_level) as consumer:
+        ids = list(partitions) if partitions is not None else await topic_partitions(bootstrap, topic)
+        tps = _tps(topic, ids)
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends: dict[TopicPartition, int] = await consumer.end_offsets(tps)
+        out: dict[int, list[ConsumedRecord]] = {tp.partition: [] for tp in tps}
+        remaining = {tp for tp in tps if await consumer.position(tp) < ends[tp]}
+        deadline = time.monotonic() + timeout_s
+        while remaining:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"consume_all({topic!r}) not at end after {timeout_s} s")
+            batches = await consumer.getmany(*remaining, timeout_ms=200)
+            for tp, messages in batches.items():
+                out[tp.partition].extend(
+                    _to_record(m) for m in messages if m.offset < ends[tp]
+                )
+            for tp in list(remaining):
+                if await consumer.position(tp) >= ends[tp]:
+                    remaining.discard(tp)
+    return [record for pid in sorted(out) for record in out[pid]]
+
+
+@asynccontextmanager
+async def _consumer(bootstrap: str, isolation_level: IsolationLevel) -> AsyncIterator[Any]:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level=isolation_level,
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+    )
+    await consumer.start()
+    try:
+        yield consumer
+    finally:
+        await consumer.stop()
+
+
+def _tps(topic: str, partitions: Iterable[int]) -> list[TopicPartition]:
+    return [TopicPartition(topic, p) for p in partitions]
+
+
+def _to_record(message: Any) -> ConsumedRecord:
+    return ConsumedRecord(
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        key=message.key,
+        value=message.value,
+        timestamp_ms=message.timestamp,
+        headers=tuple((k, bytes(v)) for k, v in message.headers),
+    )
+
+
+def _topic_errors(response: Any) -> list[tuple[str, int, str | None]]:
+    """(name, error code, message) per topic of a Create/DeleteTopics response."""
+    obj = response.to_object()
+    key = "topic_errors" if "topic_errors" in obj else "topic_error_codes"
+    rows = []
+    for item in obj[key]:
+        rows.append((item["topic"], item["error_code"], item.get("error_message")))
+    return rows
+
+
+async def _wait_for_leaders(admin: Any, wanted: Mapping[str, int], wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    while True:
+        described = await admin.describe_topics(list(wanted))
+        ready = {
+            t["topic"]
+            for t in described
+            if t["error_code"] == _NO_ERROR
+            and len(t["partitions"]) >= wanted[t["topic"]]
+            and all(p["leader"] >= 0 for p in t["partitions"])
+        }
+        if ready >= set(wanted):
+            return
+        if time.monotonic() > deadline:
+            missing = sorted(set(wanted) - ready)
+            raise KafkaAdminError(f"topics {missing} have no leader after {wait_s} s")
+        await asyncio.sleep(0.05)
+
+
+__all__ = [
+    "ConsumedRecord",
+    "IsolationLevel",
+    "KafkaAdminError",
+    "ProducerRecord",
+    "RecordTuple",
+    "TopicSpec",
+    "admin_client",
+    "beginning_offsets",
+    "cluster_ready",
+    "consume_all",
+    "create_topics",
+    "delete_topics",
+    "end_offsets",
+    "list_topics",
+    "produce",
+    "topic_partitions",
+    "topic_config",
+]
