@@ -1,0 +1,247 @@
+"""The one hook interface the runtime reports through (after faust `sensors/base.py`).
+
+The runtime always holds a `Sensor`; the base class does nothing, so no call
+site checks for None and a worker without metrics pays one method call.
+
+Labels are bounded: an app, an operator name, a source partition, and small
+fixed vocabularies (`kind`, `source`, `reason`). Never a key, an offset or an
+exception message: pass `type(exc).__name__` as a reason, not `str(exc)`.
+"""
+
+from __future__ import annotations
+
+import enum
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = [
+    "BOUNDS",
+    "E2E_LATENCY_BUCKETS_S",
+    "LatencyBatch",
+    "Sensor",
+    "TunerDecisionLike",
+    "TunerReading",
+    "read_tuner_decision",
+]
+
+# Event time -> emission spans a commit interval at least; the tail covers replays.
+E2E_LATENCY_BUCKETS_S: Final[tuple[float, ...]] = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+)
+
+# Which term of `clamp(min(T*, T_rto, T_retention), T_min, T_max)` set the interval.
+BOUNDS: Final[tuple[str, ...]] = ("optimum", "rto", "retention", "min", "max")
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyBatch:
+    """Many latency observations, already binned: cheap to build, merge and report.
+
+    `counts[i]` counts values `<= bounds_s[i]` and above the previous bound (not
+    cumulative); the last count is the `+Inf` bucket.
+    """
+
+    counts: tuple[int, ...]
+    sum_s: float
+    bounds_s: tuple[float, ...] = E2E_LATENCY_BUCKETS_S
+
+    def __post_init__(self) -> None:
+        if len(self.counts) != len(self.bounds_s) + 1:
+            raise ValueError(
+                f"LatencyBatch needs len(bounds_s) + 1 = {len(self.bounds_s) + 1} counts "
+                f"(the last is +Inf), got {len(self.counts)}"
+            )
+
+    @classmethod
+    def of(
+        cls, seconds: Iterable[float], bounds_s: tuple[float, ...] = E2E_LATENCY_BUCKETS_S
+    ) -> LatencyBatch:
+        counts = [0] * (len(bounds_s) + 1)
+        total = 0.0
+        for s in seconds:
+            counts[bisect_left(bounds_s, s)] += 1
+            total += s
+        return cls(tuple(counts), total, bounds_s)
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def merge(self, other: LatencyBatch) -> LatencyBatch:
+        if other.bounds_s != self.bounds_s:
+            raise ValueError("cannot merge LatencyBatch values binned over different bounds_s")
+        counts = tuple(a + b for a, b in zip(self.counts, other.counts, strict=True))
+        return LatencyBatch(counts, self.sum_s + other.sum_s, self.bounds_s)
+
+
+@dataclass(frozen=True, slots=True)
+class TunerReading:
+    """One tuner decision as the metrics see it. None: the tuner did not say."""
+
+    interval_s: float | None = None
+    C: float | None = None  # capacity-seconds lost per checkpoint
+    L: float | None = None  # seconds until a checkpoint is durable
+    D: float | None = None  # downtime per failure, seconds
+    r: float | None = None  # ingest rate, records/s
+    mu: float | None = None  # replay throughput, records/s
+    sigma: float | None = None  # mu / r
+    lam: float | None = None  # failure rate, 1/s
+    t_star: float | None = None
+    t_rto: float | None = None
+    t_retention: float | None = None
+    bound: str | None = None  # one of BOUNDS
+    rto_infeasible: bool | None = None
+    predicted_recovery_s: float | None = None
+    rto_s: float | None = None
+
+
+# The tuner is written in parallel: accept a Mapping or any object with these
+# attributes, under the first name found (`lambda` is a keyword, hence the aliases).
+_ALIASES: Final[dict[str, tuple[str, ...]]] = {
+    "interval_s": ("interval_s", "interval", "T"),
+    "C": ("C", "c"),
+    "L": ("L", "l"),
+    "D": ("D", "d"),
+    "r": ("r",),
+    "mu": ("mu",),
+    "sigma": ("sigma",),
+    "lam": ("lambda", "lambda_", "lam", "failure_rate"),
+    "t_star": ("t_star", "t_star_s"),
+    "t_rto": ("t_rto", "t_rto_s"),
+    "t_retention": ("t_retention", "t_retention_s"),
+    "bound": ("bound", "active_bound"),
+    "rto_infeasible": ("rto_infeasible",),
+    "predicted_recovery_s": ("predicted_recovery_s", "predicted_recovery", "t_rec"),
+    "rto_s": ("rto_s", "rto"),
+}
+
+TunerDecisionLike = Mapping[str, float | str | bool] | object
+
+
+def _lookup(decision: TunerDecisionLike, names: tuple[str, ...]) -> object:
+    for name in names:
+        if isinstance(decision, Mapping):
+            if name in decision:
+                return decision[name]
+        elif hasattr(decision, name):
+            return getattr(decision, name)
+    return None
+
+
+def _bound_name(value: object) -> str:
+    raw = value.value if isinstance(value, enum.Enum) else value
+    name = str(raw).lower()
+    if name not in BOUNDS:
+        raise ValueError(f"tuner bound {value!r} is not one of {', '.join(BOUNDS)}")
+    return name
+
+
+def read_tuner_decision(decision: TunerDecisionLike) -> TunerReading:
+    """Normalise a tuner decision (Mapping or object). Absent fields stay None."""
+    found = {field: _lookup(decision, names) for field, names in _ALIASES.items()}
+    floats: dict[str, float | None] = {}
+    for field, value in found.items():
+        if field in ("bound", "rto_infeasible"):
+            continue
+        floats[field] = None if value is None else float(value)  # type: ignore[arg-type]
+    bound = found["bound"]
+    infeasible = found["rto_infeasible"]
+    return TunerReading(
+        **floats,
+        bound=None if bound is None else _bound_name(bound),
+        rto_infeasible=None if infeasible is None else bool(infeasible),
+    )
+
+
+class Sensor:
+    """Runtime hooks. Every method is a no-op here; implementations override what they need.
+
+    `operator` is the operator's name, `partition` its source partition: the
+    pair names a task. All durations are seconds, sizes bytes.
+    """
+
+    # Lifecycle: series for a task exist between these two calls.
+    def on_task_assigned(self, operator: str, partition: int) -> None:
+        """The task was assigned to this worker (before restore)."""
+
+    def on_task_revoked(self, operator: str, partition: int) -> None:
+        """The task left this worker: drop its per-partition series."""
+
+    # Live loop: called once per batch, so implementations must be cheap.
+    def on_records_in(self, operator: str, partition: int, n: int) -> None:
+        """`n` records consumed from the source."""
+
+    def on_records_out(self, operator: str, partition: int, n: int) -> None:
+        """`n` records emitted to the sink."""
+
+    def on_batch(self, operator: str, partition: int, n: int, busy_s: float) -> None:
+        """A batch of `n` records was processed in `busy_s` seconds."""
+
+    def on_lag(self, operator: str, partition: int, lag_records: int) -> None:
+        """Records between the read position and the source's high watermark."""
+
+    def on_e2e_latency(
+        self, operator: str, partition: int, latencies: Iterable[float] | LatencyBatch
+    ) -> None:
+        """Event timestamp -> emission, in seconds, for many emissions at once."""
+
+    def on_commit(self, duration_s: float) -> None:
+        """A transaction (outputs + offsets) committed in `duration_s`."""
+
+    # Checkpoints.
+    def on_checkpoint(
+        self, operator: str, partition: int, duration_s: float, size_bytes: int, kind: str
+    ) -> None:
+        """A checkpoint is durable. `kind`: "full" or "incremental"."""
+
+    def on_checkpoint_failed(self, operator: str, partition: int, reason: str) -> None:
+        """A checkpoint was not written. `reason`: a short class, e.g. an exception type."""
+
+    def on_checkpoint_age(self, operator: str, partition: int, age_s: float) -> None:
+        """Seconds since the newest durable checkpoint was taken (restored ones included)."""
+
+    # Recovery.
+    def on_restore(self, operator: str, partition: int, duration_s: float, source: str) -> None:
+        """State loaded in `duration_s`. `source`: "local", "kafka" or "none"."""
+
+    def on_replay(self, operator: str, partition: int, records: int, seconds: float) -> None:
+        """`records` replayed in `seconds` (a chunk, or the whole replay)."""
+
+    def on_replay_progress(self, operator: str, partition: int, done: int, total: int) -> None:
+        """Replay position: `done` of `total` records. Report done == total at the end."""
+
+    def on_checkpoint_fallback(self, operator: str, partition: int, reason: str) -> None:
+        """An invalid checkpoint was skipped for an older one (or the earliest offset)."""
+
+    def on_failure_detected(self, operator: str, partition: int) -> None:
+        """An unclean shutdown or lost partition was detected for this task."""
+
+    # Bad input and windows.
+    def on_dead_letter(self, operator: str, partition: int, reason_class: str) -> None:
+        """One record went to the dead-letter topic."""
+
+    def on_late(self, operator: str, partition: int, n: int) -> None:
+        """`n` records arrived after their windows closed."""
+
+    def on_open_windows(self, operator: str, partition: int, windows: int, keys: int) -> None:
+        """Windows and keys currently held in state."""
+
+    # Tuner.
+    def on_tuner(self, operator: str, partition: int, decision: TunerDecisionLike) -> None:
+        """A tuner decision: a Mapping or an object; see `read_tuner_decision`."""
