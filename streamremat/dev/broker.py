@@ -7,24 +7,21 @@ directory (properties, KRaft logs, log4j output, pid file).
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import os
 import signal
 import socket
 import subprocess
-import threading
 import time
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
 
 from streamremat.dev.exceptions import BrokerStartError, PortInUseError
 from streamremat.dev.jars import KAFKA_VERSION, default_home, ensure_jars, file_lock, require_tool
+from streamremat.dev.sync import run_sync
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 9092
-_T = TypeVar("_T")
 
 # Children we spawned from this process, kept so they are reaped (no zombies,
 # no "subprocess still running" warnings) when stopped from the same process.
@@ -277,7 +274,7 @@ class DevBroker:
             if not _is_alive(pid):
                 cfg.pid_file.unlink(missing_ok=True)
                 raise BrokerStartError(f"Kafka broker exited during startup.\n{self.log_tail()}")
-            if _port_open(cfg.port) and _run_sync(_metadata_ok(cfg.bootstrap)):
+            if _port_open(cfg.port) and run_sync(_metadata_ok(cfg.bootstrap)):
                 return
             time.sleep(0.2)
         self.stop()
@@ -303,6 +300,17 @@ def _run_checked(cmd: list[str]) -> str:
     return done.stdout
 
 
+def free_port_pair() -> int:
+    """A port ``p`` such that ``p`` and ``p + 1`` are free now (for a test broker)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((HOST, 0))
+            port: int = sock.getsockname()[1]
+        if port < 65535 and not _port_open(port) and not _port_open(port + 1):
+            return port
+    raise RuntimeError("no free pair of adjacent ports found on 127.0.0.1")
+
+
 def _port_open(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
@@ -313,29 +321,6 @@ async def _metadata_ok(bootstrap: str) -> bool:
     from streamremat.runtime.kafka import cluster_ready
 
     return await cluster_ready(bootstrap, timeout_s=5.0)
-
-
-def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
-    """``asyncio.run`` that also works when called from inside a running loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: list[_T] = []
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            box.append(asyncio.run(coro))
-        except BaseException as exc:  # re-raised in the caller's thread
-            errors.append(exc)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return box[0]
 
 
 def _is_alive(pid: int) -> bool:
@@ -372,10 +357,8 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
     try:
         os.killpg(pid, sig)  # the broker leads its own session (start_new_session)
     except (ProcessLookupError, PermissionError):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def _wait_gone(pid: int, timeout_s: float) -> bool:
@@ -401,6 +384,7 @@ __all__ = [
     "BrokerConfig",
     "BrokerStatus",
     "DevBroker",
+    "free_port_pair",
     "log4j_properties",
     "render_properties",
     "server_properties",

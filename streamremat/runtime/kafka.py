@@ -140,9 +140,7 @@ async def topic_partitions(bootstrap: str, topic: str) -> list[int]:
 async def topic_config(bootstrap: str, topic: str) -> dict[str, str]:
     """The broker-side effective config of ``topic`` (e.g. ``retention.ms``)."""
     async with admin_client(bootstrap) as admin:
-        responses = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, topic)]
-        )
+        responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
     result: dict[str, str] = {}
     for response in responses:
         for resource in response.to_object()["resources"]:
@@ -236,8 +234,9 @@ async def consume_all(
     transactions are not waited for. Records are ordered by partition, then offset.
     """
     async with _consumer(bootstrap, isolation_level) as consumer:
-        ids = list(partitions) if partitions is not None else await topic_partitions(bootstrap, topic)
-        tps = _tps(topic, ids)
+        if partitions is None:
+            partitions = await topic_partitions(bootstrap, topic)
+        tps = _tps(topic, partitions)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends: dict[TopicPartition, int] = await consumer.end_offsets(tps)
@@ -249,9 +248,7 @@ async def consume_all(
                 raise TimeoutError(f"consume_all({topic!r}) not at end after {timeout_s} s")
             batches = await consumer.getmany(*remaining, timeout_ms=200)
             for tp, messages in batches.items():
-                out[tp.partition].extend(
-                    _to_record(m) for m in messages if m.offset < ends[tp]
-                )
+                out[tp.partition].extend(_to_record(m) for m in messages if m.offset < ends[tp])
             for tp in list(remaining):
                 if await consumer.position(tp) >= ends[tp]:
                     remaining.discard(tp)
@@ -336,6 +333,6 @@ __all__ = [
     "end_offsets",
     "list_topics",
     "produce",
-    "topic_partitions",
     "topic_config",
+    "topic_partitions",
 ]

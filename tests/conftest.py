@@ -1,0 +1,90 @@
+"""Shared fixtures: one real Kafka broker per test session, fresh topics per test.
+
+``kafka_bootstrap`` uses ``$STREAMREMAT_BOOTSTRAP`` when set; otherwise it starts
+the dev broker on free ports with a data dir under pytest's temp dir, and stops
+it at the end of the session. With ``CI=true`` a broker that cannot start fails
+the run; elsewhere the Kafka tests are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from streamremat.dev.broker import BrokerConfig, DevBroker, free_port_pair
+from streamremat.dev.exceptions import DevBrokerError
+from streamremat.dev.sync import run_sync
+from streamremat.runtime.kafka import TopicSpec, create_topics, delete_topics
+
+TESTS_DIR = Path(__file__).resolve().parent
+_KAFKA_DIRS = {"integration": ("kafka",), "fault": ("kafka", "fault")}
+
+NewTopic = Callable[..., str]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests under tests/integration and tests/fault need Kafka: mark them so."""
+    for item in items:
+        try:
+            top = item.path.resolve().relative_to(TESTS_DIR).parts[0]
+        except ValueError:
+            continue
+        for marker in _KAFKA_DIRS.get(top, ()):
+            item.add_marker(marker)
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    external = os.environ.get("STREAMREMAT_BOOTSTRAP")
+    if external:
+        yield external
+        return
+    port = int(os.environ.get("STREAMREMAT_TEST_PORT") or free_port_pair())
+    data_dir = tmp_path_factory.getbasetemp() / f"kafka-{port}"
+    broker = DevBroker(BrokerConfig(port=port, data_dir=data_dir))
+    try:
+        status = broker.start()
+    except (DevBrokerError, OSError) as exc:
+        message = f"could not start the Kafka dev broker: {exc}"
+        if _in_ci():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message + " (set STREAMREMAT_BOOTSTRAP to use another broker)")
+    try:
+        yield status.bootstrap
+    finally:
+        if status.started_now:
+            broker.stop()
+
+
+@pytest.fixture
+def new_topic(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Iterator[NewTopic]:
+    """Factory: ``new_topic(partitions=1, config=None) -> name`` of a fresh, unique topic.
+
+    Works from sync and async tests; topics are deleted after the test.
+    """
+    created: list[str] = []
+    stem = re.sub(r"[^a-zA-Z0-9._-]+", "-", request.node.name)[:80]
+
+    def make(partitions: int = 1, config: Mapping[str, str] | None = None) -> str:
+        name = f"{stem}-{uuid.uuid4().hex[:8]}"
+        spec = TopicSpec(name, partitions=partitions, config=dict(config or {}))
+        run_sync(create_topics(kafka_bootstrap, [spec]))
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        try:
+            run_sync(delete_topics(kafka_bootstrap, created))
+        except Exception as exc:  # e.g. a fault test stopped the broker: not this test's failure
+            warnings.warn(f"could not delete test topics {created}: {exc}", stacklevel=1)
