@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import rocksdict
@@ -40,6 +39,8 @@ __all__ = ["RocksDBCheckpointStore", "corrupt_latest"]
 log = logging.getLogger("streamremat.state")
 
 _NAMESPACE = b"ck/"
+# How many seqs past a damaged block a scan probes for readable frames.
+_MAX_SKIP = 256
 
 
 def _prefix(task: TaskId) -> bytes:
@@ -68,12 +69,14 @@ def _open(path: str | os.PathLike[str]) -> Any:
 
 
 def _newest_key(db: Any, prefix: bytes) -> bytes | None:
+    """The newest key in ``prefix``'s range; raises when RocksDB cannot read it."""
     it = db.iter()
     it.seek_for_prev(prefix + b"\xff")
     if it.valid():
         key: bytes = it.key()
         if key.startswith(prefix):
             return key
+    it.status()
     return None
 
 
@@ -140,61 +143,55 @@ class RocksDBCheckpointStore(CheckpointStore):
         self._db.close()
 
     def _last_seq(self, task: TaskId) -> int | None:
-        key = _newest_key(self._db, _prefix(task))
+        try:
+            key = _newest_key(self._db, _prefix(task))
+        except Exception:  # a damaged block at the end: the scan recovers around it
+            return max((e.seq for e in self._scan(task)), default=None)
         return None if key is None else _seq_of(key)
 
     def _scan(self, task: TaskId) -> list[StoredEntry]:
         """Read every stored frame of ``task``, never raising on damaged data.
 
-        A damaged block stops a forward iterator, so on error the range is also
-        read backwards from its end: a bad newest frame must not hide older
-        ones, and a bad old block must not hide newer ones. A gap that neither
-        direction could read becomes one unreadable entry, which breaks chains
-        across it.
+        A damaged block stops an iterator, and a bad newest frame must not hide
+        older ones, nor a bad old block newer ones. So on an error the seq after
+        the last good one is recorded as unreadable (which breaks chains across
+        it) and reading resumes by seeking to the following seqs, up to
+        ``_MAX_SKIP`` of them.
         """
         prefix = _prefix(task)
         entries: dict[int, StoredEntry] = {}
-        forward_error = self._read_range(task, prefix, entries, reverse=False)
-        if forward_error is None:
-            return list(entries.values())
-        forward_end = max(entries, default=-1)
-        backward_error = self._read_range(task, prefix, entries, reverse=True)
-        gap_seq = forward_end + 1
-        if gap_seq not in entries:
-            entries[gap_seq] = StoredEntry(gap_seq, None, f"unreadable in RocksDB: {forward_error}")
-        if backward_error is not None:
-            log.warning("%s: RocksDB read errors in both directions: %s", task, backward_error)
+        error = self._read_range(task, prefix, prefix, entries)
+        while error is not None:
+            gap = max(entries, default=-1) + 1
+            entries.setdefault(gap, StoredEntry(gap, None, f"unreadable in RocksDB: {error}"))
+            log.warning("%s: RocksDB read error after seq %d: %s", task, gap - 1, error)
+            for probe in range(gap + 1, gap + 1 + _MAX_SKIP):
+                error = self._read_range(task, prefix, _key(task, probe), entries)
+                if error is None or max(entries) > gap:
+                    break  # done, or read past the damage (and maybe hit more)
+            else:
+                break  # nothing readable within reach
         return list(entries.values())
 
     def _read_range(
-        self, task: TaskId, prefix: bytes, into: dict[int, StoredEntry], reverse: bool
+        self, task: TaskId, prefix: bytes, start: bytes, into: dict[int, StoredEntry]
     ) -> Exception | None:
+        """Decode ``prefix``'s keys from ``start`` on into ``into``; return the
+        read error that stopped it, if any."""
         try:
-            for key, value in self._iter_range(prefix, reverse):
+            it = self._db.iter()
+            it.seek(start)
+            while it.valid():
+                key: bytes = it.key()
+                if not key.startswith(prefix):
+                    break
                 seq = _seq_of(key)
-                if reverse and seq in into:
-                    break  # met the part the forward pass read
-                into[seq] = decode_entry(task, seq, value)
+                into[seq] = decode_entry(task, seq, it.value())
+                it.next()
+            it.status()
         except Exception as exc:  # rocksdict raises plain Exception on corruption
             return exc
         return None
-
-    def _iter_range(self, prefix: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
-        it = self._db.iter()
-        if reverse:
-            it.seek_for_prev(prefix + b"\xff")
-        else:
-            it.seek(prefix)
-        while it.valid():
-            key: bytes = it.key()
-            if not key.startswith(prefix):
-                break
-            yield key, it.value()
-            if reverse:
-                it.prev()
-            else:
-                it.next()
-        it.status()
 
 
 def corrupt_latest(
