@@ -111,18 +111,19 @@ class TunerReading:
     rto_s: float | None = None
 
 
-# The tuner is written in parallel: accept a Mapping or any object with these
-# attributes, under the first name found (`lambda` is a keyword, hence the aliases).
+# Accept a Mapping or any object (e.g. `streamremat.tuning.tuner.TunerDecision`)
+# with these attributes, under the first name found; metrics import no tuner code.
+# A value of None (e.g. no replay measured yet) leaves the gauge as it was.
 _ALIASES: Final[dict[str, tuple[str, ...]]] = {
     "interval_s": ("interval_s", "interval", "T"),
-    "C": ("C", "c"),
-    "L": ("L", "l"),
-    "D": ("D", "d"),
-    "r": ("r",),
-    "mu": ("mu",),
+    "C": ("C", "c", "checkpoint_cost_s"),
+    "L": ("L", "l", "durable_latency_s"),
+    "D": ("D", "d", "downtime_s"),
+    "r": ("r", "ingest_rate_eps"),
+    "mu": ("mu", "replay_rate_eps"),
     "sigma": ("sigma",),
-    "lam": ("lambda", "lambda_", "lam", "failure_rate"),
-    "t_star": ("t_star", "t_star_s"),
+    "lam": ("lambda", "lambda_", "lam", "failure_rate_per_s", "failure_rate"),
+    "t_star": ("t_star", "t_star_s", "t_optimum_s"),
     "t_rto": ("t_rto", "t_rto_s"),
     "t_retention": ("t_retention", "t_retention_s"),
     "bound": ("bound", "active_bound"),
