@@ -1,0 +1,54 @@
+"""streamremat: stateful stream processing on Kafka with compact checkpoints and replay.
+
+The public API is what ``__all__`` lists; everything else is internal.
+"""
+
+from streamremat.core.aggregators import (
+    Aggregator,
+    ApproxDistinct,
+    Collect,
+    Count,
+    DistinctCount,
+    Max,
+    Mean,
+    Min,
+    Sum,
+    TopK,
+)
+from streamremat.core.exceptions import BadRecord, ConfigError, StreamrematError
+from streamremat.core.operator import App, KafkaSettings, Operator
+from streamremat.core.serdes import JSON, RAW, STRING, JsonSerde, RawSerde, Serde, StringSerde
+from streamremat.core.windows import Hopping, Session, Sliding, Tumbling
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "JSON",
+    "RAW",
+    "STRING",
+    "Aggregator",
+    "App",
+    "ApproxDistinct",
+    "BadRecord",
+    "Collect",
+    "ConfigError",
+    "Count",
+    "DistinctCount",
+    "Hopping",
+    "JsonSerde",
+    "KafkaSettings",
+    "Max",
+    "Mean",
+    "Min",
+    "Operator",
+    "RawSerde",
+    "Serde",
+    "Session",
+    "Sliding",
+    "StreamrematError",
+    "StringSerde",
+    "Sum",
+    "TopK",
+    "Tumbling",
+    "__version__",
+]

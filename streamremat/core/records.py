@@ -1,0 +1,81 @@
+"""The records the engine reads and the results it produces."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class SourceRecord(Protocol):
+    """What the engine needs of an input record.
+
+    aiokafka's ``ConsumerRecord`` has exactly these attributes, so the worker
+    hands its batches to the engine without copying.
+    """
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+    @property
+    def timestamp(self) -> int | None: ...
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def headers(self) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """An input record built by hand (tests, the TestDriver, benchmarks)."""
+
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None
+    offset: int
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WindowResult:
+    """A window's final value, emitted once when the window closes.
+
+    ``key`` is the encoded key (what goes to the sink); ``end_ms`` is exclusive for
+    tumbling and hopping windows and inclusive for sliding and session windows.
+    """
+
+    key: bytes
+    start_ms: int
+    end_ms: int
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """An input record that could not be processed, with why."""
+
+    record: SourceRecord
+    stage: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LateRecord:
+    """An input record that arrived after every window it belongs to had closed."""
+
+    record: SourceRecord
+    timestamp_ms: int
+    stream_time_ms: int
+
+
+@dataclass(slots=True)
+class BatchOutput:
+    """Everything one batch produced, in order; the runtime sends it to the sinks."""
+
+    results: list[WindowResult] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    late: list[LateRecord] = field(default_factory=list)

@@ -1,0 +1,534 @@
+"""The in-memory state of one task's windows, one class per window family.
+
+Each class keeps its open windows, advances stream time, decides lateness per
+record, closes windows at the end of a batch, and encodes itself for
+checkpoints (full, or only what changed since the last checkpoint).
+
+Closing at the end of a batch gives the same results as closing after every
+record: stream time only grows, so a window that would have closed mid-batch
+has a close time <= the stream time of every later record of the batch, and
+each of those records is late for it. Results are ordered by
+``(close time, start, key)``, which is what per-record closing yields too, so
+output never depends on how records were split into batches.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from streamremat.core.aggregators import Aggregator, Count
+from streamremat.core.codec import (
+    read_bytes,
+    read_svarint,
+    read_uvarint,
+    write_bytes,
+    write_svarint,
+    write_uvarint,
+)
+from streamremat.core.exceptions import StateFormatError
+from streamremat.core.records import WindowResult
+from streamremat.core.windows import Hopping, Session, Sliding, Tumbling, Window
+
+#: Stream time before the first record.
+NO_TIME = -(2**62)
+
+
+class WindowState:
+    """What the task needs of a window family's state."""
+
+    def __init__(self, agg: Aggregator) -> None:
+        self.agg = agg
+        self.stream_time = NO_TIME
+        #: stream time at the end of the last ``close``; windows closing at or before it are gone.
+        self.closed_through = NO_TIME
+
+    def add_batch(self, keys: list[bytes], times: list[int], items: list[Any]) -> list[int]:
+        """Fold the records into their windows; return the indices of late records."""
+        raise NotImplementedError
+
+    def close(self) -> list[WindowResult]:
+        """Close every window whose close time <= stream time; return their results."""
+        raise NotImplementedError
+
+    def encode(self, full: bool) -> bytes:
+        """Encode all state (``full``) or what changed since the last encode; resets dirty."""
+        raise NotImplementedError
+
+    def apply(self, body: bytes) -> None:
+        """Apply an encoded full state or delta on top of the current state."""
+        raise NotImplementedError
+
+    def after_restore(self) -> None:
+        """Rebuild indexes and drop windows already closed at the restored stream time."""
+        raise NotImplementedError
+
+    def open_windows(self) -> int:
+        raise NotImplementedError
+
+    def open_keys(self) -> int:
+        raise NotImplementedError
+
+
+class FixedWindowState(WindowState):
+    """Tumbling and hopping windows: accumulators by window end, then by key."""
+
+    def __init__(self, agg: Aggregator, size_ms: int, advance_ms: int, grace_ms: int) -> None:
+        super().__init__(agg)
+        self.size = size_ms
+        self.advance = advance_ms
+        self.grace = grace_ms
+        self.windows: dict[int, dict[bytes, Any]] = {}
+        self.dirty: dict[int, set[bytes]] = {}
+        # Count() needs no call per record: the accumulator is the number itself.
+        self._plain_count = type(agg) is Count and not agg.needs_value
+
+    def add_batch(self, keys: list[bytes], times: list[int], items: list[Any]) -> list[int]:
+        if self.advance == self.size:
+            return self._add_tumbling(keys, times, items)
+        return self._add_hopping(keys, times, items)
+
+    def _add_tumbling(self, keys: list[bytes], times: list[int], items: list[Any]) -> list[int]:
+        st, size, grace = self.stream_time, self.size, self.grace
+        windows, dirty = self.windows, self.dirty
+        plain_count = self._plain_count
+        add, zero = self.agg.add, self.agg.zero
+        late: list[int] = []
+        cur_end = NO_TIME
+        cur: dict[bytes, Any] = {}
+        cur_dirty: set[bytes] = set()
+        for i, t in enumerate(times):
+            if t > st:
+                st = t
+            end = t - t % size + size
+            if end + grace <= st:
+                late.append(i)
+                continue
+            if end != cur_end:
+                cur_end = end
+                cur = windows.setdefault(end, {})
+                cur_dirty = dirty.setdefault(end, set())
+            key = keys[i]
+            if plain_count:
+                cur[key] = cur.get(key, 0) + 1
+            else:
+                acc = cur.get(key)
+                cur[key] = add(zero() if acc is None else acc, items[i])
+            cur_dirty.add(key)
+        self.stream_time = st
+        return late
+
+    def _add_hopping(self, keys: list[bytes], times: list[int], items: list[Any]) -> list[int]:
+        st, size, advance, grace = self.stream_time, self.size, self.advance, self.grace
+        windows, dirty = self.windows, self.dirty
+        add, zero = self.agg.add, self.agg.zero
+        late: list[int] = []
+        for i, t in enumerate(times):
+            if t > st:
+                st = t
+            key, item = keys[i], items[i]
+            is_late = False
+            # Windows containing t start at the multiples of advance in (t - size, t].
+            start = t - t % advance
+            while start > t - size:
+                end = start + size
+                start -= advance
+                if end + grace <= st:
+                    is_late = True
+                    continue
+                cur = windows.get(end)
+                if cur is None:
+                    cur = windows[end] = {}
+                acc = cur.get(key)
+                cur[key] = add(zero() if acc is None else acc, item)
+                cur_dirty = dirty.get(end)
+                if cur_dirty is None:
+                    cur_dirty = dirty[end] = set()
+                cur_dirty.add(key)
+            if is_late:
+                late.append(i)
+        self.stream_time = st
+        return late
+
+    def close(self) -> list[WindowResult]:
+        limit = self.stream_time - self.grace
+        self.closed_through = self.stream_time
+        ending = sorted(end for end in self.windows if end <= limit)
+        results: list[WindowResult] = []
+        result, size = self.agg.result, self.size
+        for end in ending:
+            accs = self.windows.pop(end)
+            self.dirty.pop(end, None)
+            start = end - size
+            results.extend(WindowResult(key, start, end, result(accs[key])) for key in sorted(accs))
+        return results
+
+    def encode(self, full: bool) -> bytes:
+        out = bytearray()
+        encode = self.agg.encode
+        if full:
+            chosen = {end: sorted(accs) for end, accs in self.windows.items()}
+        else:
+            chosen = {
+                end: sorted(keys) for end, keys in self.dirty.items() if end in self.windows
+            }
+        self.dirty = {}
+        write_uvarint(out, len(chosen))
+        for end in sorted(chosen):
+            accs = self.windows[end]
+            write_svarint(out, end)
+            write_uvarint(out, len(chosen[end]))
+            for key in chosen[end]:
+                write_bytes(out, key)
+                write_bytes(out, encode(accs[key]))
+        return bytes(out)
+
+    def apply(self, body: bytes) -> None:
+        decode = self.agg.decode
+        n_windows, pos = read_uvarint(body, 0)
+        for _ in range(n_windows):
+            end, pos = read_svarint(body, pos)
+            n_keys, pos = read_uvarint(body, pos)
+            accs = self.windows.setdefault(end, {})
+            for _ in range(n_keys):
+                key, pos = read_bytes(body, pos)
+                raw, pos = read_bytes(body, pos)
+                accs[key] = decode(raw)
+        if pos != len(body):
+            raise StateFormatError("trailing bytes after window state")
+
+    def after_restore(self) -> None:
+        # Windows closed since an older checkpoint are implied deleted by stream time,
+        # so deltas never need to carry deletes for them.
+        limit = self.stream_time - self.grace
+        for end in [e for e in self.windows if e <= limit]:
+            del self.windows[end]
+        self.dirty = {}
+
+    def open_windows(self) -> int:
+        return sum(len(accs) for accs in self.windows.values())
+
+    def open_keys(self) -> int:
+        keys: set[bytes] = set()
+        for accs in self.windows.values():
+            keys.update(accs)
+        return len(keys)
+
+
+class _KeyedHeapState(WindowState):
+    """Shared bookkeeping for per-key window lists (sessions, sliding buffers).
+
+    ``_due`` is a heap of ``(close time, key)``; ``_registered[key]`` is the one
+    live entry per key, always <= the key's earliest pending close time, so
+    ``close`` visits only keys that may have something to close.
+    """
+
+    def __init__(self, agg: Aggregator) -> None:
+        super().__init__(agg)
+        self._due: list[tuple[int, bytes]] = []
+        self._registered: dict[bytes, int] = {}
+        self.dirty: set[bytes] = set()
+
+    def _register(self, key: bytes, close_at: int) -> None:
+        current = self._registered.get(key)
+        if current is None or close_at < current:
+            self._registered[key] = close_at
+            heapq.heappush(self._due, (close_at, key))
+
+    def _due_keys(self) -> list[bytes]:
+        """Pop and return the keys whose registered close time has been reached."""
+        st, due, registered = self.stream_time, self._due, self._registered
+        keys: list[bytes] = []
+        while due and due[0][0] <= st:
+            close_at, key = heapq.heappop(due)
+            if registered.get(key) == close_at:
+                del registered[key]
+                keys.append(key)
+        return keys
+
+    def _rebuild_due(self) -> None:
+        self._due, self._registered = [], {}
+
+
+class SessionState(_KeyedHeapState):
+    """Session windows: per key, a list of ``[first, last, acc]`` sorted by first."""
+
+    def __init__(self, agg: Aggregator, gap_ms: int, grace_ms: int) -> None:
+        super().__init__(agg)
+        self.gap = gap_ms
+        self.grace = grace_ms
+        self.sessions: dict[bytes, list[list[Any]]] = {}
+
+    def add_batch(self, keys: list[bytes], times: list[int], items: list[Any]) -> list[int]:
+        st, gap, grace = self.stream_time, self.gap, self.grace
+        reach = gap + 1 + grace  # close time = last + reach
+        add, zero, merge = self.agg.add, self.agg.zero, self.agg.merge
+        sessions, dirty = self.sessions, self.dirty
+        late: list[int] = []
+        for i, t in enumerate(times):
+            if t > st:
+                st = t
+            key = keys[i]
+            mine = sessions.get(key)
+            touching = (
+                [s for s in mine if s[0] - gap <= t <= s[1] + gap and s[1] + reach > st]
+                if mine
+                else []
+            )
+            if not touching:
+                if t + reach <= st:
+                    late.append(i)
+                    continue
+                new = [t, t, add(zero(), items[i])]
+                if mine is None:
+                    sessions[key] = [new]
+                else:
+                    mine.append(new)
+                    mine.sort(key=lambda s: s[0])
+                self._register(key, t + reach)
+            else:
+                merged = touching[0]
+                for other in touching[1:]:
+                    merged = [merged[0], max(merged[1], other[1]), merge(merged[2], other[2])]
+                merged = [min(merged[0], t), max(merged[1], t), add(merged[2], items[i])]
+                assert mine is not None
+                kept = [s for s in mine if not any(s is x for x in touching)]
+                kept.append(merged)
+                kept.sort(key=lambda s: s[0])
+                sessions[key] = kept
+            dirty.add(key)
+        self.stream_time = st
+        return late
+
+    def close(self) -> list[WindowResult]:
+        st, reach = self.stream_time, self.gap + 1 + self.grace
+        closed: list[tuple[int, int, bytes, list[Any]]] = []
+        for key in self._due_keys():
+            keep = []
+            for s in self.sessions[key]:
+                if s[1] + reach <= st:
+                    closed.append((s[1] + reach, s[0], key, s))
+                else:
+                    keep.append(s)
+            self.dirty.add(key)
+            if keep:
+                self.sessions[key] = keep
+                self._register(key, min(s[1] for s in keep) + reach)
+            else:
+                del self.sessions[key]
+        self.closed_through = st
+        closed.sort(key=lambda c: (c[0], c[1], c[2]))
+        result = self.agg.result
+        return [WindowResult(key, s[0], s[1], result(s[2])) for _, _, key, s in closed]
+
+    def encode(self, full: bool) -> bytes:
+        keys = sorted(self.sessions) if full else sorted(self.dirty)
+        self.dirty = set()
+        encode = self.agg.encode
+        out = bytearray()
+        write_uvarint(out, len(keys))
+        for key in keys:
+            write_bytes(out, key)
+            mine = self.sessions.get(key, [])
+            write_uvarint(out, len(mine))  # 0 deletes the key
+            for first, last, acc in mine:
+                write_svarint(out, first)
+                write_uvarint(out, last - first)
+                write_bytes(out, encode(acc))
+        return bytes(out)
+
+    def apply(self, body: bytes) -> None:
+        decode = self.agg.decode
+        n_keys, pos = read_uvarint(body, 0)
+        for _ in range(n_keys):
+            key, pos = read_bytes(body, pos)
+            n, pos = read_uvarint(body, pos)
+            mine = []
+            for _ in range(n):
+                first, pos = read_svarint(body, pos)
+                length, pos = read_uvarint(body, pos)
+                raw, pos = read_bytes(body, pos)
+                mine.append([first, first + length, decode(raw)])
+            if mine:
+                self.sessions[key] = mine
+            else:
+                self.sessions.pop(key, None)
+        if pos != len(body):
+            raise StateFormatError("trailing bytes after session state")
+
+    def after_restore(self) -> None:
+        self._rebuild_due()
+        st, reach = self.stream_time, self.gap + 1 + self.grace
+        for key in list(self.sessions):
+            keep = [s for s in self.sessions[key] if s[1] + reach > st]
+            if keep:
+                self.sessions[key] = keep
+                self._register(key, min(s[1] for s in keep) + reach)
+            else:
+                del self.sessions[key]
+        self.dirty = set()
+
+    def open_windows(self) -> int:
+        return sum(len(s) for s in self.sessions.values())
+
+    def open_keys(self) -> int:
+        return len(self.sessions)
+
+
+class SlidingState(_KeyedHeapState):
+    """Sliding windows (Kafka Streams semantics) from a per-key buffer of records.
+
+    Each buffered record is ``(t, seen_at, acc)``: its timestamp, the stream time
+    just after it arrived, and an accumulator holding only its item. A window is
+    computed when it closes, from the records that arrived while it was open
+    (``seen_at < close time``), by merging their accumulators in arrival order.
+    Windows: ``[t - size, t]`` for every record time ``t`` (if a record at ``t``
+    arrived in time) and ``[t + 1, t + 1 + size]`` when a record at ``t`` and a
+    record inside that range both arrived in time.
+    """
+
+    def __init__(self, agg: Aggregator, size_ms: int, grace_ms: int) -> None:
+        super().__init__(agg)
+        self.size = size_ms
+        self.grace = grace_ms
+        self.buffers: dict[bytes, list[tuple[int, int, Any]]] = {}
+
+    def add_batch(self, keys: list[bytes], times: list[int], items: list[Any]) -> list[int]:
+        st, size, grace = self.stream_time, self.size, self.grace
+        add, zero = self.agg.add, self.agg.zero
+        late: list[int] = []
+        for i, t in enumerate(times):
+            if t > st:
+                st = t
+            if t + size + 1 + grace <= st:  # every window containing t has closed
+                late.append(i)
+                continue
+            if t + 1 + grace <= st:  # its own window [t - size, t] has closed
+                late.append(i)
+            key = keys[i]
+            buf = self.buffers.get(key)
+            if buf is None:
+                buf = self.buffers[key] = []
+            buf.append((t, st, add(zero(), items[i])))
+            own_close = t + 1 + grace
+            self._register(key, own_close if own_close > st else t + size + 2 + grace)
+            self.dirty.add(key)
+        self.stream_time = st
+        return late
+
+    def _closing_windows(
+        self, buf: list[tuple[int, int, Any]], after: int, upto: int
+    ) -> dict[tuple[int, int], int]:
+        size, grace = self.size, self.grace
+        wins: dict[tuple[int, int], int] = {}
+        for t in {r[0] for r in buf}:
+            left_close = t + 1 + grace
+            if after < left_close <= upto:
+                wins[(t - size, t)] = left_close
+            right_close = t + size + 2 + grace
+            if after < right_close <= upto:
+                wins[(t + 1, t + 1 + size)] = right_close
+        return wins
+
+    def close(self) -> list[WindowResult]:
+        st, after, size, grace = self.stream_time, self.closed_through, self.size, self.grace
+        merge = self.agg.merge
+        closed: list[tuple[int, int, bytes, int, Any]] = []
+        for key in self._due_keys():
+            buf = self.buffers[key]
+            for (start, end), close_at in self._closing_windows(buf, after, st).items():
+                content = [r for r in buf if start <= r[0] <= end and r[1] < close_at]
+                created_left = any(r[0] == end for r in content)
+                created_right = bool(content) and any(
+                    r[0] == start - 1 and r[1] < close_at for r in buf
+                )
+                if not (created_left or created_right):
+                    continue
+                acc = content[0][2]
+                for r in content[1:]:
+                    acc = merge(acc, r[2])
+                closed.append((close_at, start, key, end, acc))
+            # A record is needed until its right window [t+1, t+1+size] has closed.
+            buf = [r for r in buf if r[0] + size + 2 + grace > st]
+            self.dirty.add(key)
+            if buf:
+                self.buffers[key] = buf
+                self._register(key, self._next_close(buf, st))
+            else:
+                del self.buffers[key]
+        self.closed_through = st
+        closed.sort(key=lambda c: (c[0], c[1], c[2]))
+        result = self.agg.result
+        return [WindowResult(key, s, e, result(acc)) for _, s, key, e, acc in closed]
+
+    def _next_close(self, buf: list[tuple[int, int, Any]], st: int) -> int:
+        size, grace = self.size, self.grace
+        return min(
+            c for r in buf for c in (r[0] + 1 + grace, r[0] + size + 2 + grace) if c > st
+        )
+
+    def encode(self, full: bool) -> bytes:
+        keys = sorted(self.buffers) if full else sorted(self.dirty)
+        self.dirty = set()
+        encode = self.agg.encode
+        out = bytearray()
+        write_uvarint(out, len(keys))
+        for key in keys:
+            write_bytes(out, key)
+            buf = self.buffers.get(key, [])
+            write_uvarint(out, len(buf))  # 0 deletes the key
+            for t, seen_at, acc in buf:
+                write_svarint(out, t)
+                write_uvarint(out, seen_at - t)
+                write_bytes(out, encode(acc))
+        return bytes(out)
+
+    def apply(self, body: bytes) -> None:
+        decode = self.agg.decode
+        n_keys, pos = read_uvarint(body, 0)
+        for _ in range(n_keys):
+            key, pos = read_bytes(body, pos)
+            n, pos = read_uvarint(body, pos)
+            buf = []
+            for _ in range(n):
+                t, pos = read_svarint(body, pos)
+                lag, pos = read_uvarint(body, pos)
+                raw, pos = read_bytes(body, pos)
+                buf.append((t, t + lag, decode(raw)))
+            if buf:
+                self.buffers[key] = buf
+            else:
+                self.buffers.pop(key, None)
+        if pos != len(body):
+            raise StateFormatError("trailing bytes after sliding state")
+
+    def after_restore(self) -> None:
+        self._rebuild_due()
+        st = self.closed_through
+        for key in list(self.buffers):
+            buf = [r for r in self.buffers[key] if r[0] + self.size + 2 + self.grace > st]
+            if buf:
+                self.buffers[key] = buf
+                self._register(key, self._next_close(buf, st))
+            else:
+                del self.buffers[key]
+        self.dirty = set()
+
+    def open_windows(self) -> int:
+        return sum(len({r[0] for r in buf}) for buf in self.buffers.values())
+
+    def open_keys(self) -> int:
+        return len(self.buffers)
+
+
+def make_window_state(window: Window, agg: Aggregator) -> WindowState:
+    """The state class for a window definition."""
+    if isinstance(window, Tumbling):
+        return FixedWindowState(agg, window.size_ms, window.size_ms, window.grace_ms)
+    if isinstance(window, Hopping):
+        return FixedWindowState(agg, window.size_ms, window.advance_ms, window.grace_ms)
+    if isinstance(window, Sliding):
+        return SlidingState(agg, window.size_ms, window.grace_ms)
+    if isinstance(window, Session):
+        return SessionState(agg, window.gap_ms, window.grace_ms)
+    raise TypeError(f"unknown window type {type(window).__name__}")
