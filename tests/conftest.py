@@ -51,7 +51,7 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     port = int(os.environ.get("STREAMREMAT_TEST_PORT") or free_port_pair())
     data_dir = tmp_path_factory.getbasetemp() / f"kafka-{port}"
-    broker = DevBroker(BrokerConfig(port=port, data_dir=data_dir))
+    broker = DevBroker(BrokerConfig(port=port, data_dir=data_dir, stop_with_parent=True))
     try:
         status = broker.start()
     except (DevBrokerError, OSError) as exc:

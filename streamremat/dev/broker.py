@@ -8,10 +8,12 @@ directory (properties, KRaft logs, log4j output, pid file).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +36,8 @@ class BrokerConfig:
 
     ``controller_port`` defaults to ``port + 1``; ``data_dir`` defaults to
     ``<home>/broker-<port>``; ``home`` (jar cache and default data root) to
-    ``$STREAMREMAT_HOME`` or ``~/.cache/streamremat``.
+    ``$STREAMREMAT_HOME`` or ``~/.cache/streamremat``. ``stop_with_parent``
+    makes the kernel SIGTERM the broker when the starting process dies.
     """
 
     port: int = DEFAULT_PORT
@@ -42,6 +45,8 @@ class BrokerConfig:
     data_dir: Path | None = None
     home: Path = field(default_factory=default_home)
     heap_mb: int = 1024
+    # Test sessions set this so a killed pytest leaves no orphan JVM (Linux only).
+    stop_with_parent: bool = False
     start_timeout_s: float = 60.0
     stop_timeout_s: float = 30.0
 
@@ -262,6 +267,7 @@ class DevBroker:
                 stderr=subprocess.STDOUT,
                 cwd=cfg.root,
                 start_new_session=True,
+                preexec_fn=_term_on_parent_death if cfg.stop_with_parent else None,
             )
         _CHILDREN[proc.pid] = proc
         cfg.pid_file.write_text(f"{proc.pid}\n")
@@ -351,6 +357,15 @@ def _is_kafka(pid: int) -> bool:
         return b"kafka.Kafka" in cmdline.read_bytes()
     except OSError:
         return False
+
+
+def _term_on_parent_death() -> None:
+    """In the forked child: ask Linux to SIGTERM us when the parent dies (best effort)."""
+    if sys.platform != "linux":
+        return
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
