@@ -1,0 +1,279 @@
+"""PrometheusSensor: each hook moves the expected series; revoked tasks leave none."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from streamremat.metrics.prometheus import PrometheusSensor
+from streamremat.metrics.sensor import BOUNDS, E2E_LATENCY_BUCKETS_S, LatencyBatch
+from streamremat.metrics.testing import exercise_every_hook, exported_sample_names
+
+APP = "clicks"
+TASK = {"app": APP, "operator": "counts", "partition": "0"}
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def sensor(registry: CollectorRegistry) -> PrometheusSensor:
+    return PrometheusSensor(APP, registry=registry)
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    sample: float | None = registry.get_sample_value(name, {**TASK, **labels})
+    return sample
+
+
+def test_assignment_creates_zeroed_counters(
+    sensor: PrometheusSensor, registry: CollectorRegistry
+) -> None:
+    sensor.on_task_assigned("counts", 0)
+    for name in (
+        "streamremat_records_in_total",
+        "streamremat_records_out_total",
+        "streamremat_late_records_total",
+        "streamremat_replayed_records_total",
+        "streamremat_failures_total",
+    ):
+        assert value(registry, name) == 0.0, name
+    # Gauges have no honest value before the runtime reports one.
+    assert value(registry, "streamremat_consumer_lag_records") is None
+    assert value(registry, "streamremat_checkpoint_age_seconds") is None
+
+
+def test_throughput_hooks(sensor: PrometheusSensor, registry: CollectorRegistry) -> None:
+    for _ in range(3):
+        sensor.on_records_in("counts", 0, 100)
+        sensor.on_batch("counts", 0, 100, 0.5)
+    sensor.on_records_out("counts", 0, 7)
+    sensor.on_lag("counts", 0, 42)
+    sensor.on_lag("counts", 0, 40)
+    sensor.on_commit(0.02)
+    assert value(registry, "streamremat_records_in_total") == 300
+    assert value(registry, "streamremat_batches_total") == 3
+    assert value(registry, "streamremat_batch_records_total") == 300
+    assert value(registry, "streamremat_busy_seconds_total") == 1.5
+    assert value(registry, "streamremat_records_out_total") == 7
+    assert value(registry, "streamremat_consumer_lag_records") == 40
+    assert registry.get_sample_value("streamremat_commit_duration_seconds_count", {"app": APP}) == 1
+    assert (
+        registry.get_sample_value("streamremat_commit_duration_seconds_sum", {"app": APP}) == 0.02
+    )
+
+
+def test_e2e_latency_accepts_values_and_batches(
+    sensor: PrometheusSensor, registry: CollectorRegistry
+) -> None:
+    sensor.on_e2e_latency("counts", 0, [0.02, 0.02, 7.0])
+    sensor.on_e2e_latency("counts", 1, LatencyBatch.of([400.0]))
+    sensor.on_e2e_latency("counts", 1, [])  # an empty batch adds nothing
+    labels = {"app": APP, "operator": "counts"}
+
+    def bucket(le: str) -> float | None:
+        sample: float | None = registry.get_sample_value(
+            "streamremat_e2e_latency_seconds_bucket", {**labels, "le": le}
+        )
+        return sample
+
+    assert bucket("0.01") == 0
+    assert bucket("0.025") == 2
+    assert bucket("10.0") == 3
+    assert bucket("300.0") == 3
+    assert bucket("+Inf") == 4
+    assert registry.get_sample_value("streamremat_e2e_latency_seconds_count", labels) == 4
+    assert registry.get_sample_value(
+        "streamremat_e2e_latency_seconds_sum", labels
+    ) == pytest.approx(407.04)
+    with pytest.raises(ValueError, match=r"LatencyBatch\.of"):
+        sensor.on_e2e_latency("counts", 0, LatencyBatch.of([1.0], bounds_s=(1.0,)))
+
+
+def test_checkpoint_hooks(sensor: PrometheusSensor, registry: CollectorRegistry) -> None:
+    before = time.time()
+    sensor.on_checkpoint_age("counts", 0, 12.0)
+    sensor.on_checkpoint("counts", 0, 0.25, 4096, "full")
+    sensor.on_checkpoint("counts", 0, 0.05, 512, "incremental")
+    sensor.on_checkpoint("counts", 0, 0.05, 256, "incremental")
+    sensor.on_checkpoint_failed("counts", 0, "TimeoutError")
+    assert value(registry, "streamremat_checkpoints_total", kind="full") == 1
+    assert value(registry, "streamremat_checkpoints_total", kind="incremental") == 2
+    assert value(registry, "streamremat_checkpoint_bytes_total", kind="incremental") == 768
+    assert value(registry, "streamremat_checkpoint_failures_total", reason="TimeoutError") == 1
+    assert value(registry, "streamremat_checkpoint_age_seconds") == 0  # reset by the checkpoint
+    stamp = value(registry, "streamremat_last_checkpoint_timestamp_seconds")
+    assert stamp is not None and before <= stamp <= time.time()
+    duration = {"app": APP, "operator": "counts"}
+    assert registry.get_sample_value("streamremat_checkpoint_duration_seconds_count", duration) == 3
+    sensor.on_checkpoint_age("counts", 0, 9.5)
+    assert value(registry, "streamremat_checkpoint_age_seconds") == 9.5
+
+
+def test_recovery_hooks(sensor: PrometheusSensor, registry: CollectorRegistry) -> None:
+    sensor.on_failure_detected("counts", 0)
+    sensor.on_restore("counts", 0, 1.5, "kafka")
+    sensor.on_checkpoint_fallback("counts", 0, "ChecksumMismatch")
+    sensor.on_replay_progress("counts", 0, 0, 10_000)
+    assert value(registry, "streamremat_replay_remaining_records") == 10_000
+    sensor.on_replay("counts", 0, 4000, 0.5)
+    sensor.on_replay_progress("counts", 0, 4000, 10_000)
+    assert value(registry, "streamremat_replay_remaining_records") == 6000
+    sensor.on_replay("counts", 0, 6000, 1.0)
+    sensor.on_replay("counts", 0, 0, 0.0)  # no time measured: the rate is kept
+    sensor.on_replay_progress("counts", 0, 10_000, 10_000)
+    assert value(registry, "streamremat_replay_remaining_records") == 0
+    assert value(registry, "streamremat_replayed_records_total") == 10_000
+    assert value(registry, "streamremat_replay_seconds_total") == 1.5
+    assert value(registry, "streamremat_replay_throughput_records_per_second") == 6000
+    assert value(registry, "streamremat_failures_total") == 1
+    assert value(registry, "streamremat_checkpoint_fallbacks_total", reason="ChecksumMismatch") == 1
+    restore = {"app": APP, "operator": "counts", "source": "kafka"}
+    assert registry.get_sample_value("streamremat_restore_duration_seconds_sum", restore) == 1.5
+
+
+def test_bad_input_and_window_hooks(sensor: PrometheusSensor, registry: CollectorRegistry) -> None:
+    sensor.on_dead_letter("counts", 0, "DecodeError")
+    sensor.on_dead_letter("counts", 0, "DecodeError")
+    sensor.on_dead_letter("counts", 0, "MissingKey")
+    sensor.on_late("counts", 0, 5)
+    sensor.on_open_windows("counts", 0, 12, 340)
+    assert value(registry, "streamremat_dead_letters_total", reason="DecodeError") == 2
+    assert value(registry, "streamremat_dead_letters_total", reason="MissingKey") == 1
+    assert value(registry, "streamremat_late_records_total") == 5
+    assert value(registry, "streamremat_open_windows") == 12
+    assert value(registry, "streamremat_open_keys") == 340
+
+
+def test_tuner_hook(sensor: PrometheusSensor, registry: CollectorRegistry) -> None:
+    exercise_every_hook(sensor)  # its decision: bound rto, interval 30 s, ...
+    expected = {
+        "streamremat_checkpoint_interval_seconds": 30.0,
+        "streamremat_tuner_checkpoint_cost_seconds": 0.05,
+        "streamremat_tuner_checkpoint_latency_seconds": 0.4,
+        "streamremat_tuner_downtime_seconds": 6.0,
+        "streamremat_tuner_ingest_rate_records_per_second": 1000.0,
+        "streamremat_tuner_replay_rate_records_per_second": 20_000.0,
+        "streamremat_tuner_replay_speedup_ratio": 20.0,
+        "streamremat_tuner_failure_rate_per_second": 1 / 86_400,
+        "streamremat_tuner_optimal_interval_seconds": 1859.0,
+        "streamremat_tuner_rto_interval_seconds": 30.0,
+        "streamremat_tuner_retention_interval_seconds": 86_000.0,
+        "streamremat_predicted_recovery_seconds": 8.1,
+        "streamremat_rto_seconds": 60.0,
+        "streamremat_rto_infeasible": 0.0,
+    }
+    for name, want in expected.items():
+        assert value(registry, name) == pytest.approx(want), name
+    assert {b: value(registry, "streamremat_tuner_bound", bound=b) for b in BOUNDS} == {
+        "optimum": 0, "rto": 1, "retention": 0, "min": 0, "max": 0,
+    }  # fmt: skip
+    # A later decision moves the bound; absent inputs keep their last value.
+    sensor.on_tuner("counts", 0, {"bound": "min", "rto_infeasible": True, "interval_s": 5.0})
+    assert value(registry, "streamremat_tuner_bound", bound="min") == 1
+    assert value(registry, "streamremat_tuner_bound", bound="rto") == 0
+    assert value(registry, "streamremat_rto_infeasible") == 1
+    assert value(registry, "streamremat_checkpoint_interval_seconds") == 5.0
+    assert value(registry, "streamremat_tuner_downtime_seconds") == 6.0
+
+
+def _task_series(registry: CollectorRegistry, partition: str) -> set[tuple[str, str]]:
+    return {
+        (sample.name, str(sorted(sample.labels.items())))
+        for family in registry.collect()
+        for sample in family.samples
+        if sample.labels.get("partition") == partition
+    }
+
+
+def test_revocation_removes_every_series_of_the_task_only(
+    sensor: PrometheusSensor, registry: CollectorRegistry
+) -> None:
+    exercise_every_hook(sensor, partition=0)
+    exercise_every_hook(sensor, partition=1)
+    kept = _task_series(registry, "1")
+    assert _task_series(registry, "0")
+
+    sensor.on_task_revoked("counts", 0)
+
+    assert _task_series(registry, "0") == set()
+    assert _task_series(registry, "1") == kept
+    sensor.on_task_revoked("counts", 0)  # twice is harmless
+    sensor.on_task_revoked("other", 9)  # never assigned: harmless
+    # Reassigned: the series come back from zero.
+    sensor.on_records_in("counts", 0, 2)
+    assert value(registry, "streamremat_records_in_total") == 2
+
+
+def test_private_registry_has_process_metrics_and_is_served() -> None:
+    sensor = PrometheusSensor(APP)
+    exercise_every_hook(sensor)
+    names = exported_sample_names(sensor.registry)
+    assert "streamremat_records_in_total" in names
+    assert "python_info" in names
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server, thread = sensor.serve(port, addr="127.0.0.1")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            body = response.read().decode()
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)
+    assert (
+        'streamremat_records_in_total{app="clicks",operator="counts",partition="0"} 500.0' in body
+    )
+
+
+def test_two_sensors_do_not_share_a_registry() -> None:
+    PrometheusSensor("a").on_records_in("counts", 0, 1)
+    PrometheusSensor("b").on_records_in("counts", 0, 1)  # no "Duplicated timeseries"
+
+
+@pytest.fixture
+def promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(
+                "promtool is missing: apt-get install -y --no-install-recommends prometheus"
+            )
+        pytest.skip("promtool is not installed (apt-get install prometheus)")
+    return path
+
+
+def test_exposition_passes_promtool_check_metrics(
+    sensor: PrometheusSensor, registry: CollectorRegistry, promtool: str
+) -> None:
+    exercise_every_hook(sensor, partition=0)
+    exercise_every_hook(sensor, partition=1)
+    result = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=generate_latest(registry),
+        capture_output=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+
+
+def test_metric_names_follow_the_conventions(
+    sensor: PrometheusSensor, registry: CollectorRegistry
+) -> None:
+    exercise_every_hook(sensor)
+    for family in registry.collect():
+        assert family.name.startswith("streamremat_"), family.name
+        if family.type == "counter":
+            assert all(s.name.endswith(("_total", "_created")) for s in family.samples), family.name
+        for sample in family.samples:
+            assert not {"key", "offset"} & set(sample.labels), sample
+    assert len(E2E_LATENCY_BUCKETS_S) < 20  # histogram series stay bounded
