@@ -46,6 +46,8 @@ __all__ = [
 ]
 
 TASK = TaskId("counts", "clicks", 1)
+# Fixtures run on the session loop (pyproject); clients must stay on one loop.
+pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 def full(
