@@ -29,14 +29,28 @@ NewTopic = Callable[..., str]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests under tests/integration and tests/fault need Kafka: mark them so."""
+    """Mark Kafka tests; run async tests in the session event loop.
+
+    Async fixtures default to the session loop (pyproject); tests must run in
+    that same loop, or an aiokafka client made by a fixture fails in the test
+    with "attached to a different loop". An explicit ``loop_scope`` wins.
+    """
     for item in items:
+        if _uses_default_loop(item):
+            item.add_marker(pytest.mark.asyncio(loop_scope="session"), append=False)
         try:
             top = item.path.resolve().relative_to(TESTS_DIR).parts[0]
         except ValueError:
             continue
         for marker in _KAFKA_DIRS.get(top, ()):
             item.add_marker(marker)
+
+
+def _uses_default_loop(item: pytest.Item) -> bool:
+    markers = list(item.iter_markers("asyncio"))
+    return bool(markers) and not any(
+        m.kwargs.get("loop_scope") or m.kwargs.get("scope") for m in markers
+    )
 
 
 def _in_ci() -> bool:
