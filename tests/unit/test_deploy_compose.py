@@ -1,0 +1,121 @@
+"""docker-compose.yml and the worker image: well formed, and every file they use exists."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = {"kafka", "topics", "worker", "loadgen", "prometheus", "grafana"}
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return loaded
+
+
+def bind_mounts(service: dict[str, Any]) -> dict[str, str]:
+    mounts = (v.split(":") for v in service.get("volumes", []))
+    return {host: container for host, container, *_ in mounts if host.startswith(".")}
+
+
+def test_services(compose: dict[str, Any]) -> None:
+    assert set(compose["services"]) == SERVICES
+
+
+def test_kafka_image_matches_the_dev_broker_version(compose: dict[str, Any]) -> None:
+    pom = (ROOT / "deploy/kafka/pom.xml").read_text()
+    match = re.search(r"<kafka.version>([^<]+)</kafka.version>", pom)
+    assert match is not None
+    expected = f"apache/kafka:{match.group(1)}"
+    assert compose["services"]["kafka"]["image"] == expected
+    assert compose["services"]["topics"]["image"] == expected
+    env = compose["services"]["kafka"]["environment"]
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft, no ZooKeeper
+    assert len(env["CLUSTER_ID"]) == 22  # a base64 UUID, as kafka-storage expects
+
+
+def test_worker_and_loadgen_build_the_package_image(compose: dict[str, Any]) -> None:
+    worker, loadgen = compose["services"]["worker"], compose["services"]["loadgen"]
+    for service in (worker, loadgen):
+        build = service["build"]
+        assert (ROOT / build["context"]).is_dir()
+        assert (ROOT / build["context"] / build["dockerfile"]).is_file()
+        assert service["environment"]["STREAMREMAT_BOOTSTRAP"] == "kafka:9092"
+    assert worker["command"][:2] == ["worker", "operators.clicks:app"]
+    assert loadgen["command"][0] == "loadgen"
+
+
+def test_dockerfile_copies_only_existing_paths(compose: dict[str, Any]) -> None:
+    build = compose["services"]["worker"]["build"]
+    dockerfile = (ROOT / build["context"] / build["dockerfile"]).read_text()
+    copies = re.findall(r"^COPY\s+(.+)$", dockerfile, flags=re.MULTILINE)
+    assert copies
+    for line in copies:
+        *sources, _dest = [part for part in line.split() if not part.startswith("--")]
+        for source in sources:
+            assert (ROOT / build["context"] / source).exists(), f"COPY {source}: missing"
+    assert 'ENTRYPOINT ["streamremat"]' in dockerfile
+
+
+def test_metrics_port_agrees_across_image_compose_and_prometheus(compose: dict[str, Any]) -> None:
+    port = int(compose["services"]["worker"]["environment"]["STREAMREMAT_METRICS_PORT"])
+    assert str(port) in compose["services"]["worker"]["expose"]
+    dockerfile = (ROOT / "deploy/worker.Dockerfile").read_text()
+    assert f"EXPOSE {port}" in dockerfile
+    scrape = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    (job,) = [j for j in scrape["scrape_configs"] if j["job_name"] == "streamremat-worker"]
+    assert job["dns_sd_configs"][0] == {
+        "names": ["worker"], "type": "A", "port": port, "refresh_interval": "10s"
+    }  # fmt: skip
+
+
+def test_prometheus_and_grafana_mount_existing_files(compose: dict[str, Any]) -> None:
+    prometheus, grafana = compose["services"]["prometheus"], compose["services"]["grafana"]
+    for service in (prometheus, grafana):
+        for host in bind_mounts(service):
+            assert (ROOT / host).exists(), f"{host} is mounted but missing"
+    assert bind_mounts(prometheus) == {"./deploy/prometheus": "/etc/prometheus"}
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prometheus["command"]
+    assert "9090:9090" in prometheus["ports"]
+    assert "3000:3000" in grafana["ports"]
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home == "/var/lib/grafana/dashboards/streamremat.json"
+    assert (ROOT / "deploy/grafana/dashboards/streamremat.json").is_file()
+
+
+def test_topics_are_created_before_the_workers_start(compose: dict[str, Any]) -> None:
+    script = compose["services"]["topics"]["command"][0]
+    assert "--topic clicks " in script
+    assert "cleanup.policy=compact" in script  # the checkpoint replica topic
+    for name in ("worker", "loadgen"):
+        depends = compose["services"][name]["depends_on"]
+        assert depends["topics"]["condition"] == "service_completed_successfully"
+        assert depends["kafka"]["condition"] == "service_healthy"
+
+
+def _compose_plugin() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    probe = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+def test_docker_compose_config_accepts_the_file() -> None:
+    if not _compose_plugin():
+        pytest.skip("`docker compose version` fails: the compose plugin is not installed")
+    result = subprocess.run(
+        ["docker", "compose", "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
