@@ -155,3 +155,34 @@ def test_read_tuner_decision_from_a_mapping_with_symbol_names() -> None:
 def test_read_tuner_decision_rejects_an_unknown_bound() -> None:
     with pytest.raises(ValueError, match="not one of " + ", ".join(BOUNDS)):
         read_tuner_decision({"bound": "cheapest"})
+
+
+def test_read_tuner_decision_from_the_real_tuner() -> None:
+    from streamremat.tuning.config import TunerConfig
+    from streamremat.tuning.tuner import Tuner
+
+    tuner = Tuner(TunerConfig(rto_s=60.0))
+    tuner.observe_ingest(0.0, 0)
+    tuner.observe_ingest(10.0, 10_000)
+    tuner.observe_checkpoint(10.0, 0.05, 0.3)
+    decision = tuner.decision(10.0)
+    reading = read_tuner_decision(decision)
+    assert reading.interval_s == decision.interval_s
+    assert decision.checkpoint_cost_s == reading.C
+    assert decision.durable_latency_s == reading.L
+    assert decision.downtime_s == reading.D
+    assert (reading.r, reading.mu, reading.sigma, reading.lam) == (
+        decision.ingest_rate_eps,
+        decision.replay_rate_eps,
+        decision.sigma,
+        decision.failure_rate_per_s,
+    )
+    assert (reading.t_star, reading.t_rto, reading.t_retention) == (
+        decision.t_optimum_s,
+        decision.t_rto_s,
+        decision.t_retention_s,
+    )
+    assert reading.bound == decision.active_bound.value
+    assert reading.rto_infeasible == decision.rto_infeasible
+    assert reading.predicted_recovery_s == decision.predicted_recovery_s
+    assert reading.rto_s == 60.0
