@@ -12,12 +12,14 @@ from collections.abc import Callable, Sequence
 
 from streamremat.dev.commands import add_broker_commands
 from streamremat.dev.demo import add_demo_commands
+from streamremat.runtime.commands import add_worker_commands
 
 AddCommands = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 _COMMANDS: list[AddCommands] = [
     add_broker_commands,
     add_demo_commands,
+    add_worker_commands,
 ]
 
 

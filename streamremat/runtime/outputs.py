@@ -1,0 +1,108 @@
+"""Turning a batch's results, dead letters and late records into Kafka records,
+and sending them in per-partition batches (one await per batch, not per record)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import Any, NamedTuple
+
+from aiokafka.partitioner import DefaultPartitioner
+
+from streamremat.core.operator import Operator, default_output
+from streamremat.core.records import BatchOutput, SourceRecord
+
+_partitioner = DefaultPartitioner()
+
+#: Header names on dead-letter records (the original headers come first).
+H_STAGE = "streamremat.error.stage"
+H_REASON = "streamremat.error.reason"
+H_OPERATOR = "streamremat.operator"
+H_SOURCE = "streamremat.source"  # "topic/partition/offset"
+
+
+class OutRecord(NamedTuple):
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int | None
+    headers: list[tuple[str, bytes]]
+
+
+def _headers(record: SourceRecord) -> list[tuple[str, bytes]]:
+    return list(record.headers or ())
+
+
+def to_records(op: Operator, source_partition: int, out: BatchOutput) -> list[OutRecord]:
+    """Serialize one task's batch output for the sink, dead-letter and late topics."""
+    records: list[OutRecord] = []
+    if out.results:
+        dumps, fmt, key_loads = op.output_serde.dumps, op.output, op.key_serde.loads
+        default = fmt is default_output
+        for r in out.results:
+            # The default formatter ignores the key: don't decode it for nothing.
+            key = None if default else key_loads(r.key)
+            value = dumps(fmt(key, r.start_ms, r.end_ms, r.value))
+            records.append(OutRecord(op.sink, r.key, value, r.end_ms, []))
+    for d in out.dead_letters:
+        src = d.record
+        headers = [
+            *_headers(src),
+            (H_STAGE, d.stage.encode()),
+            (H_REASON, d.reason.encode("utf-8", "replace")[:4000]),
+            (H_OPERATOR, op.name.encode()),
+            (H_SOURCE, f"{op.source}/{source_partition}/{src.offset}".encode()),
+        ]
+        records.append(
+            OutRecord(op.dead_letter_topic, src.key, src.value, src.timestamp, headers)
+        )
+    if op.late_topic is not None:
+        for late in out.late:
+            src = late.record
+            records.append(
+                OutRecord(op.late_topic, src.key, src.value, src.timestamp, _headers(src))
+            )
+    return records
+
+
+class BatchSender:
+    """Sends records through one producer in per-(topic, partition) batches."""
+
+    def __init__(self, producer: Any) -> None:
+        self.producer = producer
+        self._partitions: dict[str, list[int]] = {}
+
+    async def _partitions_of(self, topic: str) -> list[int]:
+        parts = self._partitions.get(topic)
+        if parts is None:
+            parts = sorted(await self.producer.partitions_for(topic))
+            self._partitions[topic] = parts
+        return parts
+
+    async def send(self, records: list[OutRecord]) -> list[asyncio.Future[Any]]:
+        """Queue every record; return the delivery futures (await them to be sure)."""
+        grouped: dict[tuple[str, int], list[OutRecord]] = defaultdict(list)
+        for rec in records:
+            parts = self._partitions.get(rec.topic) or await self._partitions_of(rec.topic)
+            # Same partitioner as the Java client (murmur2), so keys land where
+            # Kafka Streams or any other producer would put them.
+            partition = (
+                _partitioner(rec.key, parts, parts) if rec.key is not None else parts[0]
+            )
+            grouped[(rec.topic, partition)].append(rec)
+        futures = []
+        producer = self.producer
+        for (topic, partition), recs in grouped.items():
+            batch = producer.create_batch()
+            for rec in recs:
+                if batch.append(
+                    key=rec.key, value=rec.value, timestamp=rec.timestamp_ms, headers=rec.headers
+                ) is None:
+                    futures.append(await producer.send_batch(batch, topic, partition=partition))
+                    batch = producer.create_batch()
+                    batch.append(
+                        key=rec.key, value=rec.value, timestamp=rec.timestamp_ms,
+                        headers=rec.headers,
+                    )
+            futures.append(await producer.send_batch(batch, topic, partition=partition))
+        return futures

@@ -1,0 +1,492 @@
+"""One source partition on this worker: its tasks, its transaction, its checkpoints.
+
+A ``PartitionRunner`` moves through explicit phases::
+
+    RESTORING ─► REPLAYING ─► LIVE ─► CLOSED
+                     │          └───► FENCED (another worker owns it now)
+                     └─────────────► CLOSED
+
+Only LIVE emits outputs and commits; REPLAYING rebuilds state for offsets whose
+outputs were committed before (DESIGN §6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import enum
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from streamremat.core.operator import Operator
+from streamremat.core.records import SourceRecord
+from streamremat.core.task import Task
+from streamremat.metrics.sensor import Sensor
+from streamremat.runtime.exceptions import RetentionGapError
+from streamremat.runtime.outputs import BatchSender, OutRecord, to_records
+from streamremat.runtime.settings import GapPolicy, WorkerSettings
+from streamremat.state.base import CheckpointStore
+from streamremat.state.frame import CheckpointFrame, FrameKind, TaskId
+from streamremat.state.restore import newest_restore_point
+from streamremat.tuning.policy import IntervalPolicy
+
+log = logging.getLogger("streamremat.worker")
+
+
+class Phase(enum.Enum):
+    RESTORING = "restoring"
+    REPLAYING = "replaying"
+    LIVE = "live"
+    CLOSED = "closed"
+    FENCED = "fenced"
+
+
+@dataclass
+class _Chain:
+    """Where a task's checkpoint chain stands: the next seq, and when to write a full."""
+
+    task_id: TaskId
+    next_seq: int
+    base_seq: int | None = None  # None: the next checkpoint must be full
+    full_bytes: int = 0
+    delta_bytes: int = 0
+    written: int = 0
+
+    def next_is_full(self, delta_ratio: float) -> bool:
+        # A full once the deltas since the last one outweigh it: restore cost then
+        # stays within ~2x of one full read, and bytes written stay ~ keys touched.
+        return self.base_seq is None or self.delta_bytes > delta_ratio * max(self.full_bytes, 1)
+
+
+@dataclass
+class RecoveryReport:
+    """What a recovery did, for the log line, the metrics and the tuner."""
+
+    checkpoint_offset: int | None
+    committed_offset: int
+    start_offset: int
+    source: str | None
+    unclean: bool
+    restore_s: float
+    notes: tuple[str, ...] = ()
+    replayed: int = 0
+    replay_s: float = 0.0
+
+
+class PartitionRunner:
+    """The tasks of one source partition and everything needed to commit them."""
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        operators: Sequence[Operator],
+        *,
+        settings: WorkerSettings,
+        group_id: str,
+        producer: Any,
+        local: CheckpointStore,
+        replica: CheckpointStore | None,
+        policy: IntervalPolicy,
+        sensor: Sensor,
+    ) -> None:
+        self.tp = tp
+        self.operators = list(operators)
+        self.settings = settings
+        self.group_id = group_id
+        self.producer = producer
+        self.sender = BatchSender(producer)
+        self.local = local
+        self.replica = replica
+        self.policy = policy
+        self.sensor = sensor
+        self.phase = Phase.RESTORING
+        self.tasks: list[Task] = []
+        self._chains: list[_Chain] = []
+        #: next offset to process; what a commit now would store
+        self.position = 0
+        self.committed: int | None = None
+        self.replay_until = 0
+        self.report: RecoveryReport | None = None
+        self._pending: list[OutRecord] = []
+        self._futures: list[asyncio.Future[Any]] = []
+        self._in_txn = False
+        self._checkpoint_soon = False
+        self._last_checkpoint_mono = time.monotonic()
+        self._records_since_checkpoint = 0
+        self._replay_started = 0.0
+        self._replay_logged = 0.0
+        self._replica_tail: asyncio.Task[None] | None = None
+
+    # -- recovery ---------------------------------------------------------------
+
+    async def recover(self, consumer: Any) -> RecoveryReport:
+        """Restore this partition's tasks and position the consumer (DESIGN §6).
+
+        1. For every task, load the newest valid checkpoint from the local store
+           and the replica, whichever is further along; a task without one starts
+           empty at the partition's log start offset.
+        2. Read the group's committed offset ``k`` (this runs after the producer
+           was initialised, so a zombie's transaction can't commit any more).
+        3. ``c`` = the smallest task offset. A ``c`` below the log start offset is
+           a retention gap: ``fail`` raises, ``reset`` skips the lost records.
+           A checkpoint beyond ``k`` (its outputs never committed) is discarded.
+        4. Seek to ``c``; records in ``[c, k)`` are replayed without output, and
+           from ``k`` on the partition is live. A checkpoint follows soon after.
+        """
+        started = time.monotonic()
+        tp = self.tp
+        log_start = (await consumer.beginning_offsets([tp]))[tp]
+        committed = await consumer.committed(tp)
+        sources: set[str] = set()
+        notes: list[str] = []
+        unclean = False
+        checkpoint_offsets: list[int] = []
+        for op in self.operators:
+            task_id = TaskId(op.name, tp.topic, tp.partition)
+            choice = await newest_restore_point(task_id, self.local, self.replica)
+            notes.extend(choice.notes)
+            for _ in choice.notes:
+                self.sensor.on_checkpoint_fallback(op.name, tp.partition, "fallback")
+            point = choice.point
+            task: Task | None = None
+            if point is not None and committed is not None and point.offset > committed:
+                log.error(
+                    "%s: checkpoint offset %d is beyond the committed offset %d; its outputs "
+                    "were never committed, so it is discarded and state is rebuilt",
+                    task_id, point.offset, committed,
+                )
+                point = None
+            if point is not None:
+                try:
+                    task = Task.restore(op, tp.partition, [f.payload for f in point.chain])
+                    task.next_offset = point.offset
+                    sources.add(choice.source or "?")
+                    unclean = unclean or not point.clean
+                    checkpoint_offsets.append(point.offset)
+                except Exception as exc:  # a payload the engine refuses: rebuild, loudly
+                    log.error("%s: restoring checkpoint seq %d failed (%s); rebuilding from "
+                              "the log start", task_id, point.seq, exc)
+                    self.sensor.on_checkpoint_fallback(op.name, tp.partition, type(exc).__name__)
+                    task = None
+            if task is None:
+                task = Task(op, tp.partition)
+                task.next_offset = log_start
+            self.tasks.append(task)
+            self._chains.append(_Chain(task_id, choice.next_seq))
+        start = min(t.next_offset or 0 for t in self.tasks)
+        if start < log_start:
+            if self.settings.on_retention_gap is GapPolicy.FAIL:
+                raise RetentionGapError(tp.topic, tp.partition, start, log_start)
+            log.warning(
+                "%s[%d]: retention gap: skipping offsets [%d, %d) (%d records) as "
+                "--on-retention-gap=reset asks; results covering them are incomplete",
+                tp.topic, tp.partition, start, log_start, log_start - start,
+            )
+            for task in self.tasks:
+                task.next_offset = max(task.next_offset or 0, log_start)
+            start = log_start
+        k = start if committed is None else max(committed, start)
+        self.committed = committed
+        self.position = start
+        self.replay_until = k
+        consumer.seek(tp, start)
+        self.report = RecoveryReport(
+            checkpoint_offset=min(checkpoint_offsets) if checkpoint_offsets else None,
+            committed_offset=k,
+            start_offset=start,
+            source="+".join(sorted(sources)) or None,
+            unclean=unclean,
+            restore_s=time.monotonic() - started,
+            notes=tuple(notes),
+        )
+        for op in self.operators:
+            self.sensor.on_task_assigned(op.name, tp.partition)
+            self.sensor.on_restore(op.name, tp.partition, self.report.restore_s,
+                                   self.report.source or "none")
+            if unclean:
+                self.sensor.on_failure_detected(op.name, tp.partition)
+        self._replay_started = self._replay_logged = time.monotonic()
+        if start >= k:
+            self._go_live()
+        else:
+            self.phase = Phase.REPLAYING
+            log.info(
+                "%s[%d]: replaying offsets [%d, %d) (%d records) from checkpoint (%s)",
+                tp.topic, tp.partition, start, k, k - start, self.report.source or "none",
+            )
+        return self.report
+
+    def _go_live(self) -> None:
+        report = self.report
+        assert report is not None
+        report.replayed = self.replay_until - report.start_offset
+        report.replay_s = time.monotonic() - self._replay_started
+        self.phase = Phase.LIVE
+        self._checkpoint_soon = True
+        rate = report.replayed / report.replay_s if report.replay_s > 0 else 0.0
+        for op in self.operators:
+            self.sensor.on_replay(op.name, self.tp.partition, report.replayed, report.replay_s)
+        log.info(
+            "%s[%d]: recovered: checkpoint offset %s, committed offset %d, replayed %d records "
+            "in %.3f s (%.0f records/s), restore %.3f s from %s%s",
+            self.tp.topic, self.tp.partition, report.checkpoint_offset, report.committed_offset,
+            report.replayed, report.replay_s, rate, report.restore_s, report.source or "nothing",
+            " after an unclean stop" if report.unclean else "",
+            extra={
+                "event": "recovery", "topic": self.tp.topic, "partition": self.tp.partition,
+                "checkpoint_offset": report.checkpoint_offset,
+                "committed_offset": report.committed_offset, "replayed": report.replayed,
+                "replay_s": report.replay_s, "restore_s": report.restore_s,
+                "source": report.source, "unclean": report.unclean,
+            },
+        )
+
+    # -- processing -------------------------------------------------------------
+
+    def process(self, records: Sequence[SourceRecord]) -> None:
+        """Feed one fetched batch (offset order) to every task of the partition."""
+        if self.phase is Phase.REPLAYING:
+            k = self.replay_until
+            split = bisect.bisect_left([r.offset for r in records], k)
+            if split:
+                for task in self.tasks:
+                    task.process(self._unseen(task, records[:split]), emit=False)
+                self.position = records[split - 1].offset + 1
+                self._replay_progress()
+            records = records[split:]
+            if not records:
+                return
+            self.position = k
+            self._go_live()
+        if not records:
+            return
+        partition = self.tp.partition
+        pending = self._pending
+        for task in self.tasks:
+            out = task.process(self._unseen(task, records))
+            if out.results or out.dead_letters or out.late:
+                pending.extend(to_records(task.operator, partition, out))
+                self._count(task.operator.name, out)
+        self.position = records[-1].offset + 1
+        self._records_since_checkpoint += len(records)
+
+    @staticmethod
+    def _unseen(task: Task, records: Sequence[SourceRecord]) -> Sequence[SourceRecord]:
+        # Tasks of one partition may restore to different offsets; each skips what it has.
+        nxt = task.next_offset
+        if nxt is None or not records or records[0].offset >= nxt:
+            return records
+        return [r for r in records if r.offset >= nxt]
+
+    def _count(self, operator: str, out: Any) -> None:
+        p = self.tp.partition
+        if out.results:
+            self.sensor.on_records_out(operator, p, len(out.results))
+        for dead in out.dead_letters:
+            self.sensor.on_dead_letter(operator, p, dead.stage)
+        if out.late:
+            self.sensor.on_late(operator, p, len(out.late))
+
+    def reached_replay_end(self, position: int) -> None:
+        """The consumer is at ``position`` without new records (e.g. only
+        transaction markers were left below the committed offset)."""
+        if self.phase is Phase.REPLAYING and position >= self.replay_until:
+            self.position = self.replay_until
+            self._go_live()
+
+    def _replay_progress(self) -> None:
+        now = time.monotonic()
+        if now - self._replay_logged < self.settings.replay_log_interval_s:
+            return
+        self._replay_logged = now
+        assert self.report is not None
+        done = self.position - self.report.start_offset
+        total = self.replay_until - self.report.start_offset
+        elapsed = now - self._replay_started
+        rate = done / elapsed if elapsed > 0 else 0.0
+        eta = (total - done) / rate if rate > 0 else float("inf")
+        for op in self.operators:
+            self.sensor.on_replay_progress(op.name, self.tp.partition, done, total)
+        log.info(
+            "%s[%d]: replay %d/%d offsets, %.0f records/s, ETA %.1f s",
+            self.tp.topic, self.tp.partition, done, total, rate, eta,
+        )
+
+    # -- commit -----------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Hand buffered outputs to the producer (inside the open transaction)."""
+        if not self._pending:
+            return
+        if self.settings.guarantee == "exactly_once" and not self._in_txn:
+            await self.producer.begin_transaction()
+            self._in_txn = True
+        pending, self._pending = self._pending, []
+        self._futures.extend(await self.sender.send(pending))
+
+    @property
+    def has_uncommitted(self) -> bool:
+        return self.phase is Phase.LIVE and (
+            self._in_txn or bool(self._pending) or self.position != self.committed
+        )
+
+    async def commit(self, consumer: Any) -> bool:
+        """Commit outputs and the source offset atomically; True if anything was committed.
+
+        Exactly-once: the offset goes into the open transaction, which then commits.
+        At-least-once: await every output, then commit the offset.
+        """
+        if not self.has_uncommitted:
+            return False
+        await self.flush()
+        offsets = {self.tp: self.position}
+        if self.settings.guarantee == "exactly_once":
+            if not self._in_txn:
+                await self.producer.begin_transaction()
+                self._in_txn = True
+            await self.producer.send_offsets_to_transaction(offsets, self.group_id)
+            await self.producer.commit_transaction()
+            self._in_txn = False
+        else:
+            await asyncio.gather(*self._futures)
+            await consumer.commit(offsets)
+        self._futures.clear()
+        self.committed = self.position
+        return True
+
+    async def abort(self) -> None:
+        """Drop the open transaction (its outputs are never seen by readers)."""
+        self._pending.clear()
+        self._futures.clear()
+        if self._in_txn:
+            self._in_txn = False
+            try:
+                await self.producer.abort_transaction()
+            except Exception as exc:  # fenced or gone: nothing to abort
+                log.debug("abort failed: %s", exc)
+
+    # -- checkpoints ------------------------------------------------------------
+
+    def checkpoint_due(self) -> bool:
+        if self.phase is not Phase.LIVE:
+            return False
+        if self._checkpoint_soon:
+            return True
+        return self.policy.should_checkpoint(
+            time.time(), self._records_since_checkpoint,
+            time.monotonic() - self._last_checkpoint_mono,
+        )
+
+    async def checkpoint(self, clean: bool = False) -> None:
+        """Write one checkpoint of every task (DESIGN §5, §7).
+
+        1. Only at a point whose outputs are committed: right after a commit when
+           live (offset == committed), or during replay (offset <= committed).
+        2. Per task, encode a delta (dirty accumulators) or, when the chain needs
+           one, a full snapshot, with offset, stream time and the clean flag.
+        3. Append it to the local RocksDB store: one WriteBatch, synced.
+        4. Replicate it to the compacted checkpoint topic in the background, in
+           order per partition; a failed write makes the next checkpoint full.
+        5. Prune both stores to the last N restorable checkpoints.
+        """
+        if self.phase not in (Phase.LIVE, Phase.REPLAYING):
+            return
+        started = time.monotonic()
+        ck = self.settings.checkpoints
+        frames: list[CheckpointFrame] = []
+        for task, chain in zip(self.tasks, self._chains, strict=True):
+            full = chain.next_is_full(ck.full_after_delta_ratio)
+            payload = task.snapshot(full)
+            seq = chain.next_seq
+            frame = CheckpointFrame(
+                task=chain.task_id,
+                seq=seq,
+                kind=FrameKind.FULL if full else FrameKind.DELTA,
+                base_seq=seq if full else (chain.base_seq if chain.base_seq is not None else seq),
+                offset=task.next_offset if task.next_offset is not None else self.position,
+                stream_time_ms=task.stream_time_ms if task.stream_time_ms is not None else -1,
+                clean=clean,
+                meta=b"",
+                payload=payload,
+            )
+            op = task.operator.name
+            try:
+                await self.local.append(frame)
+                await self.local.prune(chain.task_id, ck.keep)
+            except Exception as exc:
+                chain.base_seq = None  # the chain has a hole now: restart it with a full
+                chain.next_seq = seq + 1
+                self.sensor.on_checkpoint_failed(op, self.tp.partition, type(exc).__name__)
+                log.error("%s: checkpoint seq %d failed: %s", chain.task_id, seq, exc)
+                continue
+            chain.next_seq = seq + 1
+            chain.written += 1
+            if full:
+                chain.base_seq, chain.full_bytes, chain.delta_bytes = seq, len(payload), 0
+            else:
+                chain.delta_bytes += len(payload)
+            frames.append(frame)
+            elapsed = time.monotonic() - started
+            self.sensor.on_checkpoint(op, self.tp.partition, elapsed, len(payload),
+                                      "full" if full else "incremental")
+            self.sensor.on_open_windows(op, self.tp.partition, task.open_windows(),
+                                        task.open_keys())
+            log.info(
+                "%s: checkpoint seq %d %s at offset %d: %d bytes in %.1f ms",
+                chain.task_id, seq, "full" if full else "delta", frame.offset, len(payload),
+                elapsed * 1000,
+                extra={"event": "checkpoint", "task": str(chain.task_id), "seq": seq,
+                       "kind": "full" if full else "delta", "offset": frame.offset,
+                       "bytes": len(payload), "duration_s": elapsed, "clean": clean},
+            )
+        self._checkpoint_soon = False
+        self._last_checkpoint_mono = time.monotonic()
+        self._records_since_checkpoint = 0
+        if frames and self.replica is not None:
+            self._replica_tail = asyncio.create_task(self._replicate(self._replica_tail, frames))
+
+    async def _replicate(
+        self, previous: asyncio.Task[None] | None, frames: list[CheckpointFrame]
+    ) -> None:
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)
+        assert self.replica is not None
+        for frame, chain in zip(frames, self._chains, strict=False):
+            try:
+                await self.replica.append(frame)
+                if chain.written % 10 == 0:  # a replica prune scans the partition: not every time
+                    await self.replica.prune(frame.task, self.settings.checkpoints.keep)
+            except Exception as exc:
+                # Restore prefers whichever copy is newer; a stale replica only matters
+                # if this machine is lost too. Restart the chain so the replica heals.
+                for c in self._chains:
+                    if c.task_id == frame.task:
+                        c.base_seq = None
+                self.sensor.on_checkpoint_failed(frame.task.operator, self.tp.partition,
+                                                 f"replica:{type(exc).__name__}")
+                log.warning("%s: replicating checkpoint seq %d failed: %s",
+                            frame.task, frame.seq, exc)
+
+    async def drain_replica(self, timeout_s: float) -> None:
+        """Wait for background replica writes (on revocation and shutdown)."""
+        if self._replica_tail is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._replica_tail), timeout_s)
+            except TimeoutError:
+                log.warning("%s[%d]: replica writes still pending after %.0f s",
+                            self.tp.topic, self.tp.partition, timeout_s)
+
+    async def close(self) -> None:
+        self.phase = Phase.CLOSED if self.phase is not Phase.FENCED else Phase.FENCED
+        for op in self.operators:
+            self.sensor.on_task_revoked(op.name, self.tp.partition)
+        if self.producer is not None and self.settings.guarantee == "exactly_once":
+            try:
+                await self.producer.stop()
+            except Exception as exc:
+                log.debug("producer stop failed: %s", exc)

@@ -1,0 +1,80 @@
+"""Worker settings: one frozen dataclass, filled from CLI flags and environment."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from streamremat.core.exceptions import ConfigError
+
+
+class Guarantee(StrEnum):
+    EXACTLY_ONCE = "exactly_once"
+    AT_LEAST_ONCE = "at_least_once"
+
+
+class GapPolicy(StrEnum):
+    """What to do when a checkpoint's offset fell out of the source's retention."""
+
+    FAIL = "fail"
+    RESET = "reset"
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    """When and how checkpoints are written.
+
+    ``policy`` ``fixed`` checkpoints every ``interval_s`` seconds and/or every
+    ``interval_records`` records; ``adaptive`` lets the tuner choose the interval
+    within ``[min_interval_s, max_interval_s]`` so that recovery stays under ``rto_s``.
+    """
+
+    policy: str = "fixed"
+    interval_s: float | None = 30.0
+    interval_records: int | None = None
+    rto_s: float = 120.0
+    min_interval_s: float = 5.0
+    max_interval_s: float = 600.0
+    prior_mtbf_s: float = 86_400.0
+    keep: int = 3
+    replicate: bool = True
+    #: a full snapshot once the deltas since the last full add up to this share of it
+    full_after_delta_ratio: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.policy not in ("fixed", "adaptive"):
+            raise ConfigError(
+                f"checkpoint policy must be 'fixed' or 'adaptive', not {self.policy!r}"
+            )
+        if self.keep < 1:
+            raise ConfigError("keep at least one checkpoint (--keep-checkpoints >= 1)")
+        if self.min_interval_s <= 0 or self.max_interval_s < self.min_interval_s:
+            raise ConfigError("need 0 < --min-interval <= --max-interval")
+        if self.rto_s <= 0:
+            raise ConfigError("--rto-seconds must be > 0")
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    bootstrap_servers: str = "127.0.0.1:9092"
+    group_id: str | None = None
+    state_dir: str = ".streamremat/state"
+    commit_interval_s: float = 0.5
+    guarantee: Guarantee = Guarantee.EXACTLY_ONCE
+    on_retention_gap: GapPolicy = GapPolicy.FAIL
+    metrics_port: int | None = None
+    max_batch_records: int = 5000
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 1_000
+    shutdown_timeout_s: float = 30.0
+    replay_log_interval_s: float = 2.0
+    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    checkpoints: CheckpointSettings = field(default_factory=CheckpointSettings)
+
+    def __post_init__(self) -> None:
+        if self.commit_interval_s <= 0:
+            raise ConfigError("--commit-interval must be > 0 seconds")
+        if self.max_batch_records < 1:
+            raise ConfigError("--max-batch must be >= 1")

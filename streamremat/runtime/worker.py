@@ -1,0 +1,340 @@
+"""The stream worker: runs an App's operators on Kafka with checkpoints and replay.
+
+One ``Worker`` per process. It joins the App's consumer group; each source
+partition assigned to it becomes a ``PartitionRunner`` (restore, replay, live),
+with its own transactional producer so a zombie is fenced per partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import IllegalStateError, InvalidProducerEpoch, KafkaError, ProducerFenced
+
+from streamremat.core.operator import App, Operator
+from streamremat.metrics.sensor import Sensor
+from streamremat.runtime.exceptions import WorkerError
+from streamremat.runtime.kafka import TopicSpec, create_topics, topic_partitions
+from streamremat.runtime.partition import PartitionRunner, Phase
+from streamremat.runtime.settings import Guarantee, WorkerSettings
+from streamremat.state.base import CheckpointStore
+from streamremat.state.kafka import KafkaCheckpointConfig, KafkaCheckpointStore
+from streamremat.state.rocksdb import RocksDBCheckpointStore
+from streamremat.tuning.policy import FixedInterval, IntervalPolicy
+
+log = logging.getLogger("streamremat.worker")
+
+#: Another producer took this transactional id: this worker lost the partition.
+_FENCED: tuple[type[BaseException], ...] = (ProducerFenced, InvalidProducerEpoch)
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self.worker._on_revoked(list(revoked))
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        await self.worker._on_assigned(list(assigned))
+
+
+class Worker:
+    """Runs ``app`` until stopped; ``run()`` returns the process exit code."""
+
+    def __init__(self, app: App, settings: WorkerSettings, sensor: Sensor | None = None) -> None:
+        if not app.operators:
+            raise WorkerError(f"app {app.name!r} has no operators to run")
+        self.app = app
+        self.settings = settings
+        self.sensor = sensor or Sensor()
+        self.group_id = settings.group_id or app.group_id
+        self.runners: dict[TopicPartition, PartitionRunner] = {}
+        self._by_topic: dict[str, list[Operator]] = {}
+        for op in app.operators.values():
+            self._by_topic.setdefault(op.source, []).append(op)
+        self._lock = asyncio.Lock()
+        self._stopping = asyncio.Event()
+        self._consumer: Any = None
+        self._shared_producer: Any = None
+        self._local: CheckpointStore | None = None
+        self._replica: CheckpointStore | None = None
+        self._fatal: BaseException | None = None
+        self._last_commit = time.monotonic()
+
+    # -- lifecycle --------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the worker to finish its batch, commit, checkpoint and exit."""
+        self._stopping.set()
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.stop)
+        try:
+            await self._start()
+            await self._loop()
+        except WorkerError as exc:
+            log.error("%s", exc)
+            self._fatal = exc
+        finally:
+            clean = await self._shutdown()
+        if self._fatal is not None:
+            return 2
+        return 0 if clean else 1
+
+    async def _start(self) -> None:
+        s = self.settings
+        bootstrap = s.bootstrap_servers
+        await self._ensure_topics()
+        os.makedirs(s.state_dir, exist_ok=True)
+        self._local = RocksDBCheckpointStore(os.path.join(s.state_dir, f"{self.app.name}.rocksdb"))
+        if s.checkpoints.replicate:
+            replica = await KafkaCheckpointStore.open(
+                bootstrap, self.app.checkpoint_topic,
+                KafkaCheckpointConfig(partitions=self._checkpoint_partitions),
+            )
+            await replica.ensure_topic()
+            self._replica = replica
+        if s.guarantee is Guarantee.AT_LEAST_ONCE:
+            self._shared_producer = AIOKafkaProducer(
+                bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+                linger_ms=5, max_batch_size=256 * 1024,
+            )
+            await self._shared_producer.start()
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=self.group_id,
+            client_id=f"streamremat-{s.worker_id}",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms,
+            max_poll_interval_ms=max(300_000, s.session_timeout_ms * 3),
+            fetch_max_bytes=16 * 1024 * 1024,
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+        )
+        self._consumer.subscribe(sorted(self._by_topic), listener=_Rebalance(self))
+        await self._consumer.start()
+        log.info(
+            "worker %s started: app %s, group %s, topics %s, guarantee %s",
+            s.worker_id, self.app.name, self.group_id, ", ".join(sorted(self._by_topic)),
+            s.guarantee.value,
+        )
+
+    async def _ensure_topics(self) -> None:
+        """Sinks, dead-letter and late topics get the source's partition count."""
+        bootstrap = self.settings.bootstrap_servers
+        specs: list[TopicSpec] = []
+        max_parts = 1
+        for topic, ops in self._by_topic.items():
+            try:
+                parts = len(await topic_partitions(bootstrap, topic))
+            except Exception as exc:
+                raise WorkerError(
+                    f"source topic {topic!r} is not readable on {bootstrap}: {exc}; create it "
+                    "first (the worker creates sinks, never sources)"
+                ) from exc
+            if parts == 0:
+                raise WorkerError(f"source topic {topic!r} does not exist on {bootstrap}")
+            max_parts = max(max_parts, parts)
+            for op in ops:
+                specs.append(TopicSpec(op.sink, parts))
+                specs.append(TopicSpec(op.dead_letter_topic, parts))
+                if op.late_topic:
+                    specs.append(TopicSpec(op.late_topic, parts))
+        self._checkpoint_partitions = max_parts
+        await create_topics(bootstrap, specs)
+
+    def _policy(self) -> IntervalPolicy:
+        ck = self.settings.checkpoints
+        if ck.policy == "fixed":
+            return FixedInterval(seconds=ck.interval_s, records=ck.interval_records)
+        raise WorkerError(
+            "the adaptive checkpoint policy is not wired yet; use --checkpoint-policy fixed"
+        )
+
+    # -- the live loop ----------------------------------------------------------
+
+    async def _loop(self) -> None:
+        consumer = self._consumer
+        s = self.settings
+        while not self._stopping.is_set() and self._fatal is None:
+            batches = await consumer.getmany(timeout_ms=100, max_records=s.max_batch_records)
+            async with self._lock:
+                if self._fatal is not None:
+                    break
+                await self._process(batches)
+                if time.monotonic() - self._last_commit >= s.commit_interval_s:
+                    await self._commit_all()
+
+    async def _process(self, batches: dict[TopicPartition, list[Any]]) -> None:
+        started = time.monotonic()
+        for tp, records in batches.items():
+            runner = self.runners.get(tp)
+            if runner is None or runner.phase not in (Phase.REPLAYING, Phase.LIVE):
+                continue  # fetched before a revocation: the new owner replays it
+            runner.process(records)
+            for op in runner.operators:
+                self.sensor.on_records_in(op.name, tp.partition, len(records))
+        for tp, runner in list(self.runners.items()):
+            if runner.phase is Phase.REPLAYING and tp not in batches:
+                runner.reached_replay_end(await self._consumer.position(tp))
+            if runner.phase is Phase.LIVE:
+                await self._guard(runner, runner.flush())
+        if batches:
+            busy = time.monotonic() - started
+            n = sum(len(r) for r in batches.values())
+            for tp in batches:
+                runner = self.runners.get(tp)
+                if runner is not None:
+                    for op in runner.operators:
+                        self.sensor.on_batch(op.name, tp.partition, n, busy)
+
+    async def _commit_all(self) -> None:
+        """Commit every live partition (outputs + offsets), then checkpoint the due ones."""
+        self._last_commit = time.monotonic()
+        runners = [r for r in self.runners.values() if r.has_uncommitted]
+        if runners:
+            started = time.monotonic()
+            await asyncio.gather(*(self._guard(r, r.commit(self._consumer)) for r in runners))
+            self.sensor.on_commit(time.monotonic() - started)
+        for runner in list(self.runners.values()):
+            if runner.phase is Phase.LIVE and not runner.has_uncommitted and (
+                runner.checkpoint_due()
+            ):
+                await runner.checkpoint()
+
+    async def _guard(self, runner: PartitionRunner, step: Any) -> None:
+        """Run a Kafka step of one partition; a failure drops the partition, never the worker.
+
+        Fenced: another worker owns it now, drop it without committing or
+        checkpointing. Any other error: abort the transaction and rebuild the
+        partition from its checkpoint, since its state ran ahead of what committed.
+        """
+        try:
+            await step
+        except _FENCED as exc:
+            log.warning("%s[%d]: fenced by a newer owner (%s); dropping it uncommitted",
+                        runner.tp.topic, runner.tp.partition, type(exc).__name__)
+            runner.phase = Phase.FENCED
+            await runner.abort()
+            await self._drop(runner.tp)
+        except (KafkaError, IllegalStateError) as exc:
+            log.error("%s[%d]: Kafka step failed: %r; rebuilding it from its checkpoint",
+                      runner.tp.topic, runner.tp.partition, exc)
+            await runner.abort()
+            await self._drop(runner.tp)
+            if not self._stopping.is_set():
+                await self._assign([runner.tp])
+
+    async def _drop(self, tp: TopicPartition) -> None:
+        runner = self.runners.pop(tp, None)
+        if runner is not None:
+            await runner.close()
+
+    # -- rebalancing ------------------------------------------------------------
+
+    async def _on_revoked(self, revoked: list[TopicPartition]) -> None:
+        """Hand partitions over cleanly: finish the batch (the lock), commit, checkpoint."""
+        async with self._lock:
+            mine = [tp for tp in revoked if tp in self.runners]
+            if mine:
+                log.info("revoked: %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in mine))
+            await self._hand_over(mine)
+
+    async def _hand_over(self, tps: list[TopicPartition]) -> None:
+        runners = [self.runners[tp] for tp in tps if tp in self.runners]
+        await asyncio.gather(*(self._guard(r, r.commit(self._consumer)) for r in runners
+                               if r.has_uncommitted))
+        for runner in runners:
+            if runner.tp not in self.runners:
+                continue  # fenced or failed during the commit: no checkpoint
+            await runner.checkpoint(clean=True)
+            await runner.drain_replica(self.settings.shutdown_timeout_s / 2)
+            await self._drop(runner.tp)
+
+    async def _on_assigned(self, assigned: list[TopicPartition]) -> None:
+        async with self._lock:
+            await self._assign([tp for tp in assigned if tp not in self.runners])
+
+    async def _assign(self, tps: list[TopicPartition]) -> None:
+        if not tps:
+            return
+        log.info("assigned: %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in tps))
+        results = await asyncio.gather(*(self._start_runner(tp) for tp in tps),
+                                       return_exceptions=True)
+        for tp, result in zip(tps, results, strict=True):
+            if isinstance(result, WorkerError):
+                self._fatal = result
+                self._stopping.set()
+            elif isinstance(result, BaseException):
+                log.error("%s[%d]: recovery failed: %r", tp.topic, tp.partition, result)
+                self._fatal = WorkerError(f"recovery of {tp.topic}[{tp.partition}] failed: "
+                                          f"{result!r}")
+                self._stopping.set()
+
+    async def _start_runner(self, tp: TopicPartition) -> None:
+        s = self.settings
+        if s.guarantee is Guarantee.EXACTLY_ONCE:
+            # One transactional id per source partition: whoever owns the partition
+            # next fences this producer, whatever the group generation.
+            producer = AIOKafkaProducer(
+                bootstrap_servers=s.bootstrap_servers,
+                transactional_id=f"{self.group_id}.{tp.topic}.{tp.partition}",
+                enable_idempotence=True, acks="all", linger_ms=5,
+                max_batch_size=256 * 1024,
+            )
+            await producer.start()  # init_transactions: fences the previous owner
+        else:
+            producer = self._shared_producer
+        assert self._local is not None
+        runner = PartitionRunner(
+            tp, self._by_topic[tp.topic], settings=s, group_id=self.group_id,
+            producer=producer, local=self._local, replica=self._replica,
+            policy=self._policy(), sensor=self.sensor,
+        )
+        try:
+            await runner.recover(self._consumer)
+        except BaseException:
+            await runner.close()
+            raise
+        self.runners[tp] = runner
+
+    # -- shutdown ---------------------------------------------------------------
+
+    async def _shutdown(self) -> bool:
+        """Commit and checkpoint every partition, then stop the clients, in bounded time."""
+        timeout = self.settings.shutdown_timeout_s
+        clean = True
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._lock:
+                    if self._fatal is None:
+                        await self._hand_over(list(self.runners))
+                    for tp in list(self.runners):
+                        await self._drop(tp)
+        except TimeoutError:
+            log.error("shutdown did not finish within %.0f s", timeout)
+            clean = False
+        for closer in (self._consumer, self._shared_producer, self._replica, self._local):
+            if closer is None:
+                continue
+            try:
+                async with asyncio.timeout(max(1.0, timeout / 4)):
+                    await (closer.stop() if hasattr(closer, "stop") else closer.close())
+            except Exception as exc:
+                log.warning("closing %s failed: %s", type(closer).__name__, exc)
+        log.info("worker %s stopped%s", self.settings.worker_id, "" if clean else " (unclean)")
+        return clean
+
