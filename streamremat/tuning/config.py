@@ -25,10 +25,12 @@ class TunerConfig:
     max_interval_s: float = 600.0
     # Failure-rate prior: ``prior_failures`` pseudo-failures over
     # ``prior_failures * prior_mtbf_s`` seconds, observations discounted with
-    # ``failure_half_life_s`` so that a change in the failure rate is followed.
+    # ``failure_half_life_s`` so that a change in the failure rate is followed
+    # (a second, fast posterior catches a rise sooner; the larger rate is used).
     prior_mtbf_s: float = 6 * 3600.0
     prior_failures: float = 0.5
     failure_half_life_s: float = 6 * 3600.0
+    failure_fast_half_life_s: float = 1.5 * 3600.0
     # Interval smoothing: ignore targets within ``deadband`` (fraction) of the
     # current interval; move by at most ``max_step_factor`` per decision.
     deadband: float = 0.1
@@ -55,7 +57,10 @@ class TunerConfig:
             self.prior_mtbf_s > 0 and self.prior_failures > 0,
             "prior_mtbf_s and prior_failures must be > 0; fix --prior-mtbf",
         )
-        _check(self.failure_half_life_s > 0, "failure_half_life_s must be > 0")
+        _check(
+            0 < self.failure_fast_half_life_s <= self.failure_half_life_s,
+            "need 0 < failure_fast_half_life_s <= failure_half_life_s",
+        )
         _check(0 <= self.deadband < 1, f"deadband must be in [0, 1) (got {self.deadband})")
         _check(self.max_step_factor > 1, f"max_step_factor must be > 1 ({self.max_step_factor})")
         _check(0 < self.retention_safety <= 1, "retention_safety must be in (0, 1]")

@@ -91,6 +91,21 @@ class RateEwma:
 
 
 @dataclass
+class _Discounted:
+    """Failures ``n`` and exposure seconds ``t``, both decaying with ``half_life_s``."""
+
+    half_life_s: float
+    n: float = 0.0
+    t: float = 0.0
+
+    def at(self, dt: float) -> tuple[float, float]:
+        if dt <= 0:
+            return self.n, self.t
+        decay = 2.0 ** (-dt / self.half_life_s)
+        return self.n * decay, self.t * decay + (1.0 - decay) * self.half_life_s / _LN2
+
+
+@dataclass
 class FailureRate:
     """Gamma-Poisson posterior mean of the failure rate, with discounting.
 
@@ -98,14 +113,26 @@ class FailureRate:
     ``b0 = a0 * prior_mtbf_s`` seconds; ``n`` (failures) and ``t`` (exposure
     seconds) decay with ``half_life_s`` so a changed rate is followed, while
     the fixed prior keeps ``lam`` away from 0 after long quiet spells.
+    A second posterior with ``fast_half_life_s`` sees a rise in the failure
+    rate sooner; the larger of the two is used, because checkpointing too
+    rarely while failures cluster costs more than checkpointing a little
+    too often for an hour.
     """
 
     prior_failures: float
     prior_mtbf_s: float
     half_life_s: float
-    n: float = 0.0
-    t: float = 0.0
+    fast_half_life_s: float
     last_s: float | None = None
+
+    def __post_init__(self) -> None:
+        self._slow = _Discounted(self.half_life_s)
+        self._fast = _Discounted(self.fast_half_life_s)
+
+    @property
+    def n(self) -> float:
+        """Discounted failure count of the slow posterior."""
+        return self._slow.n
 
     def advance(self, now_s: float) -> None:
         """Count exposure up to ``now_s`` (clock steps backwards are ignored)."""
@@ -115,32 +142,30 @@ class FailureRate:
         dt = now_s - self.last_s
         if dt <= 0:
             return
-        decay = 2.0 ** (-dt / self.half_life_s)
-        self.n *= decay
-        self.t = self.t * decay + (1.0 - decay) * self.half_life_s / _LN2
+        for post in (self._slow, self._fast):
+            post.n, post.t = post.at(dt)
         self.last_s = now_s
 
     def observe_failure(self, now_s: float) -> None:
         self.advance(now_s)
-        self.n += 1.0
+        self._slow.n += 1.0
+        self._fast.n += 1.0
 
     @property
     def rate_per_s(self) -> float:
         return self.rate_at(self.last_s)
 
     def rate_at(self, now_s: float | None) -> float:
-        """The posterior mean as it would be at ``now_s``, without changing state."""
-        n, t = self.n, self.t
-        if now_s is not None and self.last_s is not None and now_s > self.last_s:
-            decay = 2.0 ** (-(now_s - self.last_s) / self.half_life_s)
-            n, t = n * decay, t * decay + (1.0 - decay) * self.half_life_s / _LN2
-        a0 = self.prior_failures
-        return (a0 + n) / (a0 * self.prior_mtbf_s + t)
+        """The rate as it would be at ``now_s``, without changing state."""
+        dt = 0.0 if now_s is None or self.last_s is None else now_s - self.last_s
+        a0, b0 = self.prior_failures, self.prior_failures * self.prior_mtbf_s
+        return max((a0 + n) / (b0 + t) for n, t in (self._slow.at(dt), self._fast.at(dt)))
 
     def summary(self) -> list[float | None]:
-        return [self.n, self.t, self.last_s]
+        return [self._slow.n, self._slow.t, self._fast.n, self._fast.t, self.last_s]
 
     def restore(self, summary: list[float | None]) -> None:
-        n, t, last = summary
-        self.n, self.t = float(n or 0.0), float(t or 0.0)
+        n, t, nf, tf, last = summary
+        self._slow.n, self._slow.t = float(n or 0.0), float(t or 0.0)
+        self._fast.n, self._fast.t = float(nf or 0.0), float(tf or 0.0)
         self.last_s = None if last is None else float(last)

@@ -106,7 +106,10 @@ class Tuner:
         self._replay = EwmaStat(w)
         self._ingest = RateEwma(config.rate_half_life_s)
         self._failures = FailureRate(
-            config.prior_failures, config.prior_mtbf_s, config.failure_half_life_s
+            config.prior_failures,
+            config.prior_mtbf_s,
+            config.failure_half_life_s,
+            config.failure_fast_half_life_s,
         )
         self._interval_s: float | None = None
         self._retention_s: float | None = None
