@@ -1,1 +1,27 @@
+"""Adaptive checkpoint interval: cost model, online estimators, policies (pure, no I/O).
 
+The simulator used to evaluate policies is ``streamremat.tuning.simulate``.
+"""
+
+from streamremat.tuning.config import TunerConfig
+from streamremat.tuning.exceptions import TunerConfigError, TunerStateError, TuningError
+from streamremat.tuning.model import expected_waste, optimal_interval, recovery_time, rto_interval
+from streamremat.tuning.policy import AdaptiveInterval, FixedInterval, IntervalPolicy
+from streamremat.tuning.tuner import Bound, Tuner, TunerDecision
+
+__all__ = [
+    "AdaptiveInterval",
+    "Bound",
+    "FixedInterval",
+    "IntervalPolicy",
+    "Tuner",
+    "TunerConfig",
+    "TunerConfigError",
+    "TunerDecision",
+    "TunerStateError",
+    "TuningError",
+    "expected_waste",
+    "optimal_interval",
+    "recovery_time",
+    "rto_interval",
+]

@@ -183,10 +183,10 @@ class Tuner:
         r = self._ingest.rate if self._ingest.known else 0.0
         mu = self._replay.mean if self._replay.known else None
         mu_low = self._replay.lower(z) if self._replay.known else None
-        if r <= 0:
-            sigma = sigma_rto = math.inf
-        elif mu is None or mu_low is None:
-            sigma = sigma_rto = cfg.prior_sigma
+        if mu is None or mu_low is None or not self._ingest.known:
+            sigma = sigma_rto = cfg.prior_sigma  # not measured yet: assume a slow replay
+        elif r <= 0:
+            sigma = sigma_rto = math.inf  # idle source: nothing to replay
         else:
             sigma, sigma_rto = mu / r, mu_low / r
         lam = self._failures.rate_at(now_s)
