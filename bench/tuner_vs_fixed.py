@@ -134,6 +134,7 @@ def plot(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     names = list(SCENARIOS)
     fig, axes = plt.subplots(2, len(names), figsize=(5 * len(names), 8.5), squeeze=False)
@@ -159,6 +160,8 @@ def plot(
             )
         top.axhline(scenario.rto_s, color="gray", ls="--", lw=1, label=f"RTO {scenario.rto_s:g} s")
         top.set_xscale("log")
+        top.xaxis.set_minor_formatter(NullFormatter())
+        top.xaxis.set_major_formatter(ScalarFormatter())
         top.set_xlabel("capacity overhead % (checkpoints + re-processing)")
         top.set_ylabel("p99 recovery time (s)")
         top.set_title(sc_name)

@@ -334,8 +334,7 @@ HOUR_S = 3600.0
 def steady(duration_s: float = 24 * HOUR_S) -> Scenario:
     return Scenario(
         name="steady",
-        description="20k ev/s, mu 100k ev/s (sigma 5), C 0.3 s, L 2 s, D 10 s, "
-        "MTBF 4 h, RTO 120 s",
+        description="20k ev/s, mu 100k ev/s (sigma 5), C 0.3 s, L 2 s, D 10 s, MTBF 4 h, RTO 120 s",
         duration_s=duration_s,
         ingest_eps=Constant(20_000.0),
         replay_eps=100_000.0,

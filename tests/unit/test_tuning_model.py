@@ -17,11 +17,11 @@ def test_optimal_interval_is_youngs_rule_stretched_by_sqrt_sigma() -> None:
 
 
 def test_optimal_interval_minimises_expected_waste() -> None:
-    c, l, d, sigma, lam = 0.8, 3.0, 15.0, 5.0, 1 / 1800
+    c, lat, d, sigma, lam = 0.8, 3.0, 15.0, 5.0, 1 / 1800
     t_star = optimal_interval(c, sigma, lam)
-    w_star = expected_waste(t_star, c, l, d, sigma, lam)
+    w_star = expected_waste(t_star, c, lat, d, sigma, lam)
     for k in (0.5, 0.8, 0.95, 1.05, 1.25, 2.0):
-        assert expected_waste(k * t_star, c, l, d, sigma, lam) > w_star
+        assert expected_waste(k * t_star, c, lat, d, sigma, lam) > w_star
 
 
 def test_expected_waste_by_hand() -> None:
@@ -39,9 +39,9 @@ def test_rto_interval_by_hand() -> None:
 
 
 def test_rto_interval_is_where_worst_case_recovery_meets_the_rto() -> None:
-    rto, d, l, sigma = 120.0, 10.0, 2.0, 5.0
-    t = rto_interval(rto, d, l, sigma)
-    assert recovery_time(d, t + l, sigma) == pytest.approx(rto)
+    rto, d, lat, sigma = 120.0, 10.0, 2.0, 5.0
+    t = rto_interval(rto, d, lat, sigma)
+    assert recovery_time(d, t + lat, sigma) == pytest.approx(rto)
 
 
 def test_recovery_time_by_hand() -> None:

@@ -124,8 +124,15 @@ def test_round_trip_keeps_estimates_and_failure_count() -> None:
     assert len(data) < 600
     again = Tuner.from_bytes(data, cfg)
     a, b = tuner.decision(500.0), again.decision(500.0)
-    for field in ("checkpoint_cost_s", "downtime_p90_s", "replay_rate_eps", "failure_rate_per_s",
-                  "failures_observed", "interval_s", "ingest_rate_eps"):
+    for field in (
+        "checkpoint_cost_s",
+        "downtime_p90_s",
+        "replay_rate_eps",
+        "failure_rate_per_s",
+        "failures_observed",
+        "interval_s",
+        "ingest_rate_eps",
+    ):
         assert getattr(a, field) == pytest.approx(getattr(b, field)), field
     assert again.current_interval_s == tuner.current_interval_s
     assert again.to_bytes() == data
