@@ -250,6 +250,9 @@ class PartitionRunner:
 
     def process(self, records: Sequence[SourceRecord]) -> None:
         """Feed one fetched batch (offset order) to every task of the partition."""
+        if records and records[0].offset < self.position:
+            # Fetched before recovery's seek: the same offsets come again; skip them.
+            records = [r for r in records if r.offset >= self.position]
         if self.phase is Phase.REPLAYING:
             k = self.replay_until
             split = bisect.bisect_left([r.offset for r in records], k)
@@ -345,6 +348,9 @@ class PartitionRunner:
             return False
         await self.flush()
         offsets = {self.tp: self.position}
+        # Every output must be acknowledged before the commit: aiokafka may end a
+        # transaction while a batch waits to be retried, and that batch would be lost.
+        await asyncio.gather(*self._futures)
         if self.settings.guarantee == "exactly_once":
             if not self._in_txn:
                 await self.producer.begin_transaction()
@@ -353,7 +359,6 @@ class PartitionRunner:
             await self.producer.commit_transaction()
             self._in_txn = False
         else:
-            await asyncio.gather(*self._futures)
             await consumer.commit(offsets)
         self._futures.clear()
         self.committed = self.position
