@@ -51,7 +51,7 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", default=_env("STATE_DIR", ".streamremat/state"),
                    help="local checkpoint directory (RocksDB)")
     p.add_argument("--checkpoint-policy", choices=("fixed", "adaptive"),
-                   default=_env("CHECKPOINT_POLICY", "fixed"))
+                   default=_env("CHECKPOINT_POLICY", "adaptive"))
     p.add_argument("--checkpoint-interval", type=float,
                    default=float(_env("CHECKPOINT_INTERVAL", 30)),
                    help="fixed policy: seconds between checkpoints")

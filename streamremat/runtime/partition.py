@@ -29,11 +29,11 @@ from streamremat.core.task import Task
 from streamremat.metrics.sensor import Sensor
 from streamremat.runtime.exceptions import RetentionGapError
 from streamremat.runtime.outputs import BatchSender, OutRecord, to_records
+from streamremat.runtime.scheduling import CheckpointScheduler
 from streamremat.runtime.settings import GapPolicy, WorkerSettings
 from streamremat.state.base import CheckpointStore
 from streamremat.state.frame import CheckpointFrame, FrameKind, TaskId
 from streamremat.state.restore import newest_restore_point
-from streamremat.tuning.policy import IntervalPolicy
 
 log = logging.getLogger("streamremat.worker")
 
@@ -91,8 +91,9 @@ class PartitionRunner:
         producer: Any,
         local: CheckpointStore,
         replica: CheckpointStore | None,
-        policy: IntervalPolicy,
+        scheduler: CheckpointScheduler,
         sensor: Sensor,
+        retention_s: float | None = None,
     ) -> None:
         self.tp = tp
         self.operators = list(operators)
@@ -102,7 +103,8 @@ class PartitionRunner:
         self.sender = BatchSender(producer)
         self.local = local
         self.replica = replica
-        self.policy = policy
+        self.scheduler = scheduler
+        self.retention_s = retention_s
         self.sensor = sensor
         self.phase = Phase.RESTORING
         self.tasks: list[Task] = []
@@ -116,11 +118,14 @@ class PartitionRunner:
         self._futures: list[asyncio.Future[Any]] = []
         self._in_txn = False
         self._checkpoint_soon = False
+        self._checkpointed_at = self.position
         self._last_checkpoint_mono = time.monotonic()
         self._records_since_checkpoint = 0
         self._replay_started = 0.0
         self._replay_logged = 0.0
         self._replica_tail: asyncio.Task[None] | None = None
+        self._checkpointed_at = -1
+        self._last_checkpoint_wall = time.time()
 
     # -- recovery ---------------------------------------------------------------
 
@@ -146,6 +151,7 @@ class PartitionRunner:
         notes: list[str] = []
         unclean = False
         checkpoint_offsets: list[int] = []
+        restored_meta = b""
         for op in self.operators:
             task_id = TaskId(op.name, tp.topic, tp.partition)
             choice = await newest_restore_point(task_id, self.local, self.replica)
@@ -168,6 +174,7 @@ class PartitionRunner:
                     sources.add(choice.source or "?")
                     unclean = unclean or not point.clean
                     checkpoint_offsets.append(point.offset)
+                    restored_meta = restored_meta or point.meta
                 except Exception as exc:  # a payload the engine refuses: rebuild, loudly
                     log.error("%s: restoring checkpoint seq %d failed (%s); rebuilding from "
                               "the log start", task_id, point.seq, exc)
@@ -210,6 +217,7 @@ class PartitionRunner:
                                    self.report.source or "none")
             if unclean:
                 self.sensor.on_failure_detected(op.name, tp.partition)
+        self.scheduler.restore(restored_meta, unclean, time.time(), self.retention_s)
         self._replay_started = self._replay_logged = time.monotonic()
         if start >= k:
             self._go_live()
@@ -229,7 +237,12 @@ class PartitionRunner:
         self.phase = Phase.LIVE
         self._checkpoint_soon = True
         rate = report.replayed / report.replay_s if report.replay_s > 0 else 0.0
+        # Downtime D: detection (the group's session timeout after a crash) + restore.
+        detect_s = self.settings.session_timeout_ms / 1000 if report.unclean else 0.0
+        self.scheduler.recovered(detect_s + report.restore_s, report.replayed, report.replay_s)
         for op in self.operators:
+            self.sensor.on_replay_progress(op.name, self.tp.partition, report.replayed,
+                                           report.replayed)
             self.sensor.on_replay(op.name, self.tp.partition, report.replayed, report.replay_s)
         log.info(
             "%s[%d]: recovered: checkpoint offset %s, committed offset %d, replayed %d records "
@@ -290,6 +303,11 @@ class PartitionRunner:
         p = self.tp.partition
         if out.results:
             self.sensor.on_records_out(operator, p, len(out.results))
+            # End-to-end latency of a result: from its window's end (event time) to now.
+            now_ms = time.time() * 1000
+            self.sensor.on_e2e_latency(
+                operator, p, [max(0.0, (now_ms - r.end_ms) / 1000) for r in out.results]
+            )
         for dead in out.dead_letters:
             self.sensor.on_dead_letter(operator, p, dead.stage)
         if out.late:
@@ -382,10 +400,25 @@ class PartitionRunner:
             return False
         if self._checkpoint_soon:
             return True
-        return self.policy.should_checkpoint(
+        return self.scheduler.due(
             time.time(), self._records_since_checkpoint,
             time.monotonic() - self._last_checkpoint_mono,
         )
+
+    def batch_done(self, records: int, busy_s: float, backlogged: bool) -> None:
+        self.scheduler.batch(time.time(), records, busy_s, backlogged)
+
+    def report_gauges(self, highwater: int | None) -> None:
+        """Periodic gauges: lag, checkpoint age and the tuner's reasoning."""
+        p = self.tp.partition
+        age = time.time() - self._last_checkpoint_wall
+        decision = self.scheduler.decision(time.time(), age)
+        for op in self.operators:
+            if highwater is not None:
+                self.sensor.on_lag(op.name, p, max(0, highwater - self.position))
+            self.sensor.on_checkpoint_age(op.name, p, age)
+            if decision is not None:
+                self.sensor.on_tuner(op.name, p, decision)
 
     async def checkpoint(self, clean: bool = False) -> None:
         """Write one checkpoint of every task (DESIGN §5, §7).
@@ -401,8 +434,12 @@ class PartitionRunner:
         """
         if self.phase not in (Phase.LIVE, Phase.REPLAYING):
             return
+        if self.position == self._checkpointed_at and not clean:
+            self._last_checkpoint_mono = time.monotonic()
+            return  # nothing new since the last checkpoint
         started = time.monotonic()
         ck = self.settings.checkpoints
+        meta = self.scheduler.meta(int(time.time() * 1000))
         frames: list[CheckpointFrame] = []
         for task, chain in zip(self.tasks, self._chains, strict=True):
             full = chain.next_is_full(ck.full_after_delta_ratio)
@@ -416,7 +453,7 @@ class PartitionRunner:
                 offset=task.next_offset if task.next_offset is not None else self.position,
                 stream_time_ms=task.stream_time_ms if task.stream_time_ms is not None else -1,
                 clean=clean,
-                meta=b"",
+                meta=meta,
                 payload=payload,
             )
             op = task.operator.name
@@ -450,18 +487,35 @@ class PartitionRunner:
                        "bytes": len(payload), "duration_s": elapsed, "clean": clean},
             )
         self._checkpoint_soon = False
+        self._checkpointed_at = self.position
         self._last_checkpoint_mono = time.monotonic()
+        self._last_checkpoint_wall = time.time()
         self._records_since_checkpoint = 0
+        cost_s = time.monotonic() - started
+        size = sum(len(f.payload) for f in frames)
         if frames and self.replica is not None:
-            self._replica_tail = asyncio.create_task(self._replicate(self._replica_tail, frames))
+            self._replica_tail = asyncio.create_task(
+                self._replicate(self._replica_tail, frames, started, cost_s)
+            )
+        elif frames:
+            self.scheduler.checkpointed(time.time(), cost_s, cost_s, size)
+        decision = self.scheduler.decision(time.time(), 0.0)
+        if decision is not None:
+            log.info("%s[%d]: tuner: %s", self.tp.topic, self.tp.partition, decision.explain(),
+                     extra={"event": "tuner", "interval_s": decision.interval_s,
+                            "bound": decision.active_bound.name.lower(),
+                            "predicted_recovery_s": decision.predicted_recovery_s})
 
     async def _replicate(
-        self, previous: asyncio.Task[None] | None, frames: list[CheckpointFrame]
+        self, previous: asyncio.Task[None] | None, frames: list[CheckpointFrame],
+        started: float, cost_s: float,
     ) -> None:
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)
         assert self.replica is not None
-        for frame, chain in zip(frames, self._chains, strict=False):
+        ok = True
+        for frame in frames:
+            chain = next(c for c in self._chains if c.task_id == frame.task)
             try:
                 await self.replica.append(frame)
                 if chain.written % 10 == 0:  # a replica prune scans the partition: not every time
@@ -469,13 +523,16 @@ class PartitionRunner:
             except Exception as exc:
                 # Restore prefers whichever copy is newer; a stale replica only matters
                 # if this machine is lost too. Restart the chain so the replica heals.
-                for c in self._chains:
-                    if c.task_id == frame.task:
-                        c.base_seq = None
+                ok = False
+                chain.base_seq = None
                 self.sensor.on_checkpoint_failed(frame.task.operator, self.tp.partition,
                                                  f"replica:{type(exc).__name__}")
                 log.warning("%s: replicating checkpoint seq %d failed: %s",
                             frame.task, frame.seq, exc)
+        if ok:
+            # L: from fixing the checkpoint's offset until the replica has it.
+            self.scheduler.checkpointed(time.time(), cost_s, time.monotonic() - started,
+                                        sum(len(f.payload) for f in frames))
 
     async def drain_replica(self, timeout_s: float) -> None:
         """Wait for background replica writes (on revocation and shutdown)."""

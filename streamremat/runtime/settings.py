@@ -31,7 +31,7 @@ class CheckpointSettings:
     within ``[min_interval_s, max_interval_s]`` so that recovery stays under ``rto_s``.
     """
 
-    policy: str = "fixed"
+    policy: str = "adaptive"
     interval_s: float | None = 30.0
     interval_records: int | None = None
     rto_s: float = 120.0

@@ -21,13 +21,13 @@ from aiokafka.errors import IllegalStateError, InvalidProducerEpoch, KafkaError,
 from streamremat.core.operator import App, Operator
 from streamremat.metrics.sensor import Sensor
 from streamremat.runtime.exceptions import WorkerError
-from streamremat.runtime.kafka import TopicSpec, create_topics, topic_partitions
+from streamremat.runtime.kafka import TopicSpec, create_topics, topic_config, topic_partitions
 from streamremat.runtime.partition import PartitionRunner, Phase
+from streamremat.runtime.scheduling import CheckpointScheduler
 from streamremat.runtime.settings import Guarantee, WorkerSettings
 from streamremat.state.base import CheckpointStore
 from streamremat.state.kafka import KafkaCheckpointConfig, KafkaCheckpointStore
 from streamremat.state.rocksdb import RocksDBCheckpointStore
-from streamremat.tuning.policy import FixedInterval, IntervalPolicy
 
 log = logging.getLogger("streamremat.worker")
 
@@ -68,6 +68,8 @@ class Worker:
         self._replica: CheckpointStore | None = None
         self._fatal: BaseException | None = None
         self._last_commit = time.monotonic()
+        self._last_gauges = 0.0
+        self._retention_s: dict[str, float | None] = {}
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -155,14 +157,9 @@ class Worker:
                     specs.append(TopicSpec(op.late_topic, parts))
         self._checkpoint_partitions = max_parts
         await create_topics(bootstrap, specs)
+        for topic in self._by_topic:
+            self._retention_s[topic] = _retention_s(await topic_config(bootstrap, topic))
 
-    def _policy(self) -> IntervalPolicy:
-        ck = self.settings.checkpoints
-        if ck.policy == "fixed":
-            return FixedInterval(seconds=ck.interval_s, records=ck.interval_records)
-        raise WorkerError(
-            "the adaptive checkpoint policy is not wired yet; use --checkpoint-policy fixed"
-        )
 
     # -- the live loop ----------------------------------------------------------
 
@@ -177,6 +174,8 @@ class Worker:
                 await self._process(batches)
                 if time.monotonic() - self._last_commit >= s.commit_interval_s:
                     await self._commit_all()
+                if time.monotonic() - self._last_gauges >= 1.0:
+                    self._report_gauges()
 
     async def _process(self, batches: dict[TopicPartition, list[Any]]) -> None:
         started = time.monotonic()
@@ -194,12 +193,22 @@ class Worker:
                 await self._guard(runner, runner.flush())
         if batches:
             busy = time.monotonic() - started
-            n = sum(len(r) for r in batches.values())
-            for tp in batches:
+            total = sum(len(r) for r in batches.values())
+            # A full batch means the consumer is behind: its speed is full throughput.
+            backlogged = total >= self.settings.max_batch_records
+            for tp, records in batches.items():
                 runner = self.runners.get(tp)
-                if runner is not None:
-                    for op in runner.operators:
-                        self.sensor.on_batch(op.name, tp.partition, n, busy)
+                if runner is None:
+                    continue
+                share = busy * len(records) / total
+                runner.batch_done(len(records), share, backlogged)
+                for op in runner.operators:
+                    self.sensor.on_batch(op.name, tp.partition, len(records), share)
+
+    def _report_gauges(self) -> None:
+        self._last_gauges = time.monotonic()
+        for tp, runner in self.runners.items():
+            runner.report_gauges(self._consumer.highwater(tp))
 
     async def _commit_all(self) -> None:
         """Commit every live partition (outputs + offsets), then checkpoint the due ones."""
@@ -302,7 +311,8 @@ class Worker:
         runner = PartitionRunner(
             tp, self._by_topic[tp.topic], settings=s, group_id=self.group_id,
             producer=producer, local=self._local, replica=self._replica,
-            policy=self._policy(), sensor=self.sensor,
+            scheduler=CheckpointScheduler(s.checkpoints), sensor=self.sensor,
+            retention_s=self._retention_s.get(tp.topic),
         )
         try:
             await runner.recover(self._consumer)
@@ -338,3 +348,11 @@ class Worker:
         log.info("worker %s stopped%s", self.settings.worker_id, "" if clean else " (unclean)")
         return clean
 
+
+def _retention_s(config: dict[str, str]) -> float | None:
+    """The topic's time retention in seconds; None when unlimited or unknown."""
+    try:
+        ms = int(config.get("retention.ms", "-1"))
+    except ValueError:
+        return None
+    return None if ms < 0 else ms / 1000

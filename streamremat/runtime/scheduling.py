@@ -1,0 +1,106 @@
+"""Checkpoint scheduling: when a partition checkpoints, and what the tuner learns.
+
+One ``CheckpointScheduler`` per source partition. It wraps the interval policy
+(fixed, or adaptive through a ``Tuner``) and turns the runtime's measurements
+into tuner observations. Its state travels inside every checkpoint (frame
+``meta``), so failure counts and estimates survive restarts and follow the
+partition to another worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+
+from streamremat.runtime.settings import CheckpointSettings
+from streamremat.tuning import AdaptiveInterval, FixedInterval, Tuner, TunerConfig, TunerDecision
+from streamremat.tuning.exceptions import TunerStateError
+from streamremat.tuning.policy import IntervalPolicy
+
+log = logging.getLogger("streamremat.worker")
+
+_META_MAGIC = b"SRM1"
+_META_HEAD = struct.Struct(">4sq")  # magic, wall time of the checkpoint in ms
+
+
+def encode_meta(wall_ms: int, tuner_state: bytes) -> bytes:
+    return _META_HEAD.pack(_META_MAGIC, wall_ms) + tuner_state
+
+
+def decode_meta(meta: bytes) -> tuple[int | None, bytes]:
+    """(checkpoint wall time in ms, tuner state); (None, b"") for foreign or empty meta."""
+    if len(meta) < _META_HEAD.size or meta[:4] != _META_MAGIC:
+        return None, b""
+    _, wall_ms = _META_HEAD.unpack_from(meta)
+    return wall_ms, meta[_META_HEAD.size :]
+
+
+def tuner_config(ck: CheckpointSettings) -> TunerConfig:
+    return TunerConfig(
+        rto_s=ck.rto_s,
+        min_interval_s=ck.min_interval_s,
+        max_interval_s=ck.max_interval_s,
+        prior_mtbf_s=ck.prior_mtbf_s,
+    )
+
+
+class CheckpointScheduler:
+    """Decides when to checkpoint; feeds the adaptive tuner with measurements."""
+
+    def __init__(self, settings: CheckpointSettings) -> None:
+        self.settings = settings
+        self.tuner: Tuner | None = None
+        self.policy: IntervalPolicy
+        if settings.policy == "adaptive":
+            self.tuner = Tuner(tuner_config(settings))
+            self.policy = AdaptiveInterval(self.tuner)
+        else:
+            self.policy = FixedInterval(seconds=settings.interval_s,
+                                        records=settings.interval_records)
+
+    # -- restore ----------------------------------------------------------------
+
+    def restore(self, meta: bytes, unclean: bool, now_s: float,
+                retention_s: float | None) -> None:
+        """Continue from a checkpoint's tuner state; count an unclean stop as a failure."""
+        if self.tuner is not None:
+            _, state = decode_meta(meta)
+            if state:
+                try:
+                    self.tuner = Tuner.from_bytes(state, tuner_config(self.settings))
+                except TunerStateError as exc:
+                    log.warning("tuner state in the checkpoint is unreadable (%s); starting "
+                                "from the priors", exc)
+                self.policy = AdaptiveInterval(self.tuner)
+            self.tuner.set_retention(retention_s)
+            if unclean:
+                self.tuner.observe_failure(now_s)
+
+    def recovered(self, downtime_s: float, replayed: int, replay_s: float) -> None:
+        if self.tuner is not None:
+            self.tuner.observe_recovery(downtime_s, replayed, replay_s)
+
+    # -- live -------------------------------------------------------------------
+
+    def batch(self, now_s: float, records: int, busy_s: float, backlogged: bool) -> None:
+        """A batch was processed; ``backlogged`` batches measure full-speed throughput."""
+        if self.tuner is not None:
+            self.tuner.observe_ingest(now_s, records)
+            if backlogged:
+                self.tuner.observe_backlog(records, busy_s)
+
+    def due(self, now_s: float, records_since: int, seconds_since: float) -> bool:
+        return self.policy.should_checkpoint(now_s, records_since, seconds_since)
+
+    def checkpointed(self, now_s: float, cost_s: float, durable_latency_s: float,
+                     size_bytes: int) -> None:
+        if self.tuner is not None:
+            self.tuner.observe_checkpoint(now_s, cost_s, durable_latency_s, size_bytes)
+
+    def meta(self, wall_ms: int) -> bytes:
+        return encode_meta(wall_ms, self.tuner.to_bytes() if self.tuner is not None else b"")
+
+    def decision(self, now_s: float, checkpoint_age_s: float | None = None) -> TunerDecision | None:
+        if self.tuner is None:
+            return None
+        return self.tuner.decision(now_s, checkpoint_age_s)
