@@ -126,6 +126,7 @@ class PartitionRunner:
         self._replica_tail: asyncio.Task[None] | None = None
         self._checkpointed_at = -1
         self._last_checkpoint_wall = time.time()
+        self._last_highwater: int | None = None
 
     # -- recovery ---------------------------------------------------------------
 
@@ -406,11 +407,15 @@ class PartitionRunner:
         )
 
     def batch_done(self, records: int, busy_s: float, backlogged: bool) -> None:
-        self.scheduler.batch(time.time(), records, busy_s, backlogged)
+        self.scheduler.batch(records, busy_s, backlogged)
 
     def report_gauges(self, highwater: int | None) -> None:
         """Periodic gauges: lag, checkpoint age and the tuner's reasoning."""
         p = self.tp.partition
+        if highwater is not None:
+            if self._last_highwater is not None:
+                self.scheduler.source_grew(time.time(), max(0, highwater - self._last_highwater))
+            self._last_highwater = highwater
         age = time.time() - self._last_checkpoint_wall
         decision = self.scheduler.decision(time.time(), age)
         for op in self.operators:

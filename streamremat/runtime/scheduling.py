@@ -82,12 +82,16 @@ class CheckpointScheduler:
 
     # -- live -------------------------------------------------------------------
 
-    def batch(self, now_s: float, records: int, busy_s: float, backlogged: bool) -> None:
+    def batch(self, records: int, busy_s: float, backlogged: bool) -> None:
         """A batch was processed; ``backlogged`` batches measure full-speed throughput."""
+        if self.tuner is not None and backlogged:
+            self.tuner.observe_backlog(records, busy_s)
+
+    def source_grew(self, now_s: float, records: int) -> None:
+        """The source partition's end offset grew by ``records``: the ingest rate r,
+        which is what replay has to catch up with (not what we happen to process)."""
         if self.tuner is not None:
             self.tuner.observe_ingest(now_s, records)
-            if backlogged:
-                self.tuner.observe_backlog(records, busy_s)
 
     def due(self, now_s: float, records_since: int, seconds_since: float) -> bool:
         return self.policy.should_checkpoint(now_s, records_since, seconds_since)
