@@ -91,6 +91,31 @@ def add_worker_commands(subparsers: argparse._SubParsersAction[argparse.Argument
     p.set_defaults(handler=_run_worker)
 
 
+def add_tune_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "tune", help="explain each task's checkpoint interval",
+        description="Print, per task, the tuner's estimates (C, L, D, r, mu, lambda), the "
+                    "chosen interval, the active bound, and the predicted recovery time "
+                    "if a failure happened now, beside the RTO.",
+    )
+    add_worker_arguments(p)
+    p.set_defaults(handler=_run_tune)
+
+
+def _run_tune(args: argparse.Namespace) -> int:
+    from streamremat.runtime.explain import explain_app, format_explanations
+
+    try:
+        app = load_app(args.app)
+        settings = settings_from_args(args, app)
+        rows = asyncio.run(explain_app(app, settings))
+    except (ConfigError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_explanations(rows))
+    return 0
+
+
 def settings_from_args(args: argparse.Namespace, app: App) -> WorkerSettings:
     checkpoints = CheckpointSettings(
         policy=args.checkpoint_policy,
