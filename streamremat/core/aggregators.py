@@ -382,7 +382,9 @@ class TopK(Aggregator):
 
 
 class Collect(Aggregator):
-    """Every item, in arrival order."""
+    """Every item, in arrival order. When a record bridges two sessions, the merged
+    session's items are the earlier session's, then the later one's (as Kafka
+    Streams merges sessions), then the bridging record's."""
 
     def zero(self) -> list[Any]:
         return []

@@ -65,7 +65,9 @@ class DeadLetter:
 
 @dataclass(frozen=True, slots=True)
 class LateRecord:
-    """An input record that arrived after every window it belongs to had closed."""
+    """An input record that was late for at least one of its windows (DESIGN §4):
+    for hopping windows some of its windows may still have taken it; for sliding
+    windows, its own window ``[t - size, t]`` had closed."""
 
     record: SourceRecord
     timestamp_ms: int
