@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from streamremat.dev.commands import add_broker_commands
 from streamremat.dev.demo import add_demo_commands
+from streamremat.dev.loadgen import add_loadgen_commands
 from streamremat.runtime.commands import add_tune_commands, add_worker_commands
 
 AddCommands = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
@@ -19,6 +20,7 @@ AddCommands = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], 
 _COMMANDS: list[AddCommands] = [
     add_broker_commands,
     add_demo_commands,
+    add_loadgen_commands,
     add_worker_commands,
     add_tune_commands,
 ]
