@@ -119,3 +119,45 @@ def test_docker_compose_config_accepts_the_file() -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
+
+
+def _created_topics(script: str) -> dict[str, str]:
+    """`create --topic NAME ...` lines of the topics service: name -> the rest of the line."""
+    return {
+        m.group(1): m.group(2)
+        for m in re.finditer(r"^\s*create --topic (\S+)(.*)$", script, flags=re.MULTILINE)
+    }
+
+
+def test_topics_match_the_clicks_app(compose: dict[str, Any]) -> None:
+    from operators.clicks import app
+
+    worker = compose["services"]["worker"]["command"]
+    assert worker[1] == "operators.clicks:app"
+    (op,) = app.operators.values()
+    topics = _created_topics(compose["services"]["topics"]["command"][0])
+    assert set(topics) == {op.source, op.sink, op.dead_letter_topic, app.checkpoint_topic}
+    assert "cleanup.policy=compact" in topics[app.checkpoint_topic]
+    parts = {name: int(re.search(r"--partitions (\d+)", rest).group(1))  # type: ignore[union-attr]
+             for name, rest in topics.items()}  # fmt: skip
+    assert len(set(parts.values())) == 1  # sinks get the source's partition count
+
+
+def test_loadgen_command_parses_and_feeds_the_worker_source(compose: dict[str, Any]) -> None:
+    from operators.clicks import app
+    from streamremat.cli import build_parser
+
+    service = compose["services"]["loadgen"]
+    args = build_parser().parse_args(service["command"])
+    assert args.command == "loadgen"
+    (op,) = app.operators.values()
+    assert args.topic == op.source and args.kind == "clicks"
+    assert args.rate > 0 and args.events is None  # a steady, unbounded stream
+    assert 0 < args.bad_ratio < 0.1 and 0 < args.late_ratio < 0.1
+
+
+def test_worker_command_parses(compose: dict[str, Any]) -> None:
+    from streamremat.cli import build_parser
+
+    args = build_parser().parse_args(compose["services"]["worker"]["command"])
+    assert args.command == "worker" and args.app == "operators.clicks:app"
