@@ -77,11 +77,14 @@ class Worker:
         """Ask the worker to finish its batch, commit, checkpoint and exit."""
         self._stopping.set()
 
-    async def run(self) -> int:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self.stop)
+    async def run(self, handle_signals: bool = True) -> int:
+        """Run until ``stop()`` (or SIGTERM/SIGINT when ``handle_signals``); 0 on a clean
+        stop, 1 if shutdown overran its bound, 2 on a fatal error (logged)."""
+        if handle_signals:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, self.stop)
         try:
             await self._start()
             await self._loop()
@@ -285,6 +288,7 @@ class Worker:
                                        return_exceptions=True)
         for tp, result in zip(tps, results, strict=True):
             if isinstance(result, WorkerError):
+                log.error("%s", result)
                 self._fatal = result
                 self._stopping.set()
             elif isinstance(result, BaseException):
