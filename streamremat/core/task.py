@@ -13,7 +13,7 @@ from typing import Any
 
 import xxhash
 
-from streamremat.core.aggregators import Composite
+from streamremat.core.aggregators import Composite, Count
 from streamremat.core.codec import (
     read_svarint,
     read_uvarint,
@@ -54,6 +54,7 @@ class Task:
         self._decode_value = operator.aggregator.needs_value or bool(
             operator.steps or operator.key_by or operator.timestamp_by
         ) or operator.value_serde.name != "raw"
+        self._plain = not (operator.steps or operator.key_by or operator.timestamp_by)
 
     @property
     def stream_time_ms(self) -> int | None:
@@ -82,6 +83,55 @@ class Task:
         return out
 
     def _prepare(
+        self, records: Sequence[SourceRecord], dead: list[DeadLetter]
+    ) -> tuple[list[SourceRecord], list[bytes], list[int], list[Any]]:
+        """Decode and extract (source record, key, event time, item) per record."""
+        if self._plain:
+            return self._prepare_plain(records, dead)
+        return self._prepare_general(records, dead)
+
+    def _prepare_plain(
+        self, records: Sequence[SourceRecord], dead: list[DeadLetter]
+    ) -> tuple[list[SourceRecord], list[bytes], list[int], list[Any]]:
+        """The common shape, key and time from the Kafka record and no steps: the
+        tight loop. Any record it can't take goes through the general path, which
+        sends it to the dead letters with the reason."""
+        loads = self.operator.value_serde.loads
+        decode_value = self._decode_value
+        agg = self.operator.aggregator
+        plain_count = type(agg) is Count and not agg.needs_value
+        pick = agg.pick
+        srcs: list[SourceRecord] = []
+        keys: list[bytes] = []
+        times: list[int] = []
+        items: list[Any] = []
+        for r in records:
+            key, t = r.key, r.timestamp
+            try:
+                if key is None or type(t) is not int or t < 0:
+                    raise ValueError
+                if decode_value:
+                    raw = r.value
+                    if raw is None:
+                        raise ValueError
+                    value = loads(raw)
+                    item = 1 if plain_count else pick(value)
+                else:
+                    item = 1 if plain_count else pick(None)
+            except Exception:
+                s2, k2, t2, i2 = self._prepare_general([r], dead)
+                srcs += s2
+                keys += k2
+                times += t2
+                items += i2
+                continue
+            srcs.append(r)
+            keys.append(key)
+            times.append(t)
+            items.append(item)
+        return srcs, keys, times, items
+
+    def _prepare_general(
         self, records: Sequence[SourceRecord], dead: list[DeadLetter]
     ) -> tuple[list[SourceRecord], list[bytes], list[int], list[Any]]:
         op = self.operator
