@@ -54,7 +54,7 @@ async def explain_app(app: App, settings: WorkerSettings) -> list[TaskExplanatio
             f"no checkpoints readable: neither {app.checkpoint_topic!r} on "
             f"{settings.bootstrap_servers} nor {path}"
         )
-    config = tuner_config(settings.checkpoints)
+    config = tuner_config(settings.checkpoints, settings.session_timeout_ms / 1000)
     now = time.time()
     out: list[TaskExplanation] = []
     try:

@@ -94,6 +94,7 @@ class PartitionRunner:
         scheduler: CheckpointScheduler,
         sensor: Sensor,
         retention_s: float | None = None,
+        last_alive_s: float | None = None,
     ) -> None:
         self.tp = tp
         self.operators = list(operators)
@@ -105,6 +106,9 @@ class PartitionRunner:
         self.replica = replica
         self.scheduler = scheduler
         self.retention_s = retention_s
+        #: wall time this state dir's previous worker was last seen alive (after a crash)
+        self.last_alive_s = last_alive_s
+        self._restored_wall = 0.0
         self.sensor = sensor
         self.phase = Phase.RESTORING
         self.tasks: list[Task] = []
@@ -219,6 +223,7 @@ class PartitionRunner:
             if unclean:
                 self.sensor.on_failure_detected(op.name, tp.partition)
         self.scheduler.restore(restored_meta, unclean, time.time(), self.retention_s)
+        self._restored_wall = time.time()
         self._replay_started = self._replay_logged = time.monotonic()
         if start >= k:
             self._go_live()
@@ -238,9 +243,7 @@ class PartitionRunner:
         self.phase = Phase.LIVE
         self._checkpoint_soon = True
         rate = report.replayed / report.replay_s if report.replay_s > 0 else 0.0
-        # Downtime D: detection (the group's session timeout after a crash) + restore.
-        detect_s = self.settings.session_timeout_ms / 1000 if report.unclean else 0.0
-        self.scheduler.recovered(detect_s + report.restore_s, report.replayed, report.replay_s)
+        self.scheduler.recovered(self._downtime_s(report), report.replayed, report.replay_s)
         for op in self.operators:
             self.sensor.on_replay_progress(op.name, self.tp.partition, report.replayed,
                                            report.replayed)
@@ -259,6 +262,16 @@ class PartitionRunner:
                 "source": report.source, "unclean": report.unclean,
             },
         )
+
+    def _downtime_s(self, report: RecoveryReport) -> float:
+        """D: from the failure until the state was restored. After a crash on this
+        machine the previous worker's last sign of life is known; otherwise detection
+        took about the group's session timeout."""
+        if not report.unclean:
+            return report.restore_s
+        if self.last_alive_s is not None and 0 < self._restored_wall - self.last_alive_s < 3600:
+            return self._restored_wall - self.last_alive_s
+        return self.settings.session_timeout_ms / 1000 + report.restore_s
 
     # -- processing -------------------------------------------------------------
 

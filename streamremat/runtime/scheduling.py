@@ -35,24 +35,28 @@ def decode_meta(meta: bytes) -> tuple[int | None, bytes]:
     return wall_ms, meta[_META_HEAD.size :]
 
 
-def tuner_config(ck: CheckpointSettings) -> TunerConfig:
+def tuner_config(ck: CheckpointSettings, detect_s: float = 10.0) -> TunerConfig:
+    """``detect_s``: how long a crash goes unnoticed (the group's session timeout);
+    with a couple of seconds to start and restore, it is the prior downtime D."""
     return TunerConfig(
         rto_s=ck.rto_s,
         min_interval_s=ck.min_interval_s,
         max_interval_s=ck.max_interval_s,
         prior_mtbf_s=ck.prior_mtbf_s,
+        prior_downtime_s=detect_s + 2.0,
     )
 
 
 class CheckpointScheduler:
     """Decides when to checkpoint; feeds the adaptive tuner with measurements."""
 
-    def __init__(self, settings: CheckpointSettings) -> None:
+    def __init__(self, settings: CheckpointSettings, detect_s: float = 10.0) -> None:
         self.settings = settings
+        self.config = tuner_config(settings, detect_s)
         self.tuner: Tuner | None = None
         self.policy: IntervalPolicy
         if settings.policy == "adaptive":
-            self.tuner = Tuner(tuner_config(settings))
+            self.tuner = Tuner(self.config)
             self.policy = AdaptiveInterval(self.tuner)
         else:
             self.policy = FixedInterval(seconds=settings.interval_s,
@@ -67,7 +71,7 @@ class CheckpointScheduler:
             _, state = decode_meta(meta)
             if state:
                 try:
-                    self.tuner = Tuner.from_bytes(state, tuner_config(self.settings))
+                    self.tuner = Tuner.from_bytes(state, self.config)
                 except TunerStateError as exc:
                     log.warning("tuner state in the checkpoint is unreadable (%s); starting "
                                 "from the priors", exc)

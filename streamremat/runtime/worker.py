@@ -69,6 +69,11 @@ class Worker:
         self._fatal: BaseException | None = None
         self._last_commit = time.monotonic()
         self._last_gauges = 0.0
+        self._alive_path = ""
+        self._last_alive_before_start: float | None = None
+        #: Partitions recovered while the current ``getmany`` ran: records it returns
+        #: for them may have been fetched before recovery's seek (see ``_process``).
+        self._recovered_during_fetch: set[TopicPartition] = set()
         self._retention_s: dict[str, float | None] = {}
 
     # -- lifecycle --------------------------------------------------------------
@@ -102,6 +107,9 @@ class Worker:
         bootstrap = s.bootstrap_servers
         await self._ensure_topics()
         os.makedirs(s.state_dir, exist_ok=True)
+        self._alive_path = os.path.join(s.state_dir, f"{self.app.name}.alive")
+        self._last_alive_before_start = _read_alive(self._alive_path)
+        self._touch_alive()
         self._local = RocksDBCheckpointStore(os.path.join(s.state_dir, f"{self.app.name}.rocksdb"))
         if s.checkpoints.replicate:
             replica = await KafkaCheckpointStore.open(
@@ -170,6 +178,7 @@ class Worker:
         consumer = self._consumer
         s = self.settings
         while not self._stopping.is_set() and self._fatal is None:
+            self._recovered_during_fetch.clear()
             batches = await consumer.getmany(timeout_ms=100, max_records=s.max_batch_records)
             async with self._lock:
                 if self._fatal is not None:
@@ -182,6 +191,13 @@ class Worker:
 
     async def _process(self, batches: dict[TopicPartition, list[Any]]) -> None:
         started = time.monotonic()
+        stale = [tp for tp in batches if tp in self._recovered_during_fetch and tp in self.runners]
+        for tp in stale:
+            # Assigned and recovered while this batch was fetched: it may come from the
+            # committed offset, before recovery's seek to the checkpoint offset, and would
+            # skip the replay. Fetch again from where the partition's runner stands.
+            self._consumer.seek(tp, self.runners[tp].position)
+            del batches[tp]
         for tp, records in batches.items():
             runner = self.runners.get(tp)
             if runner is None or runner.phase not in (Phase.REPLAYING, Phase.LIVE):
@@ -208,8 +224,14 @@ class Worker:
                 for op in runner.operators:
                     self.sensor.on_batch(op.name, tp.partition, len(records), share)
 
+    def _touch_alive(self) -> None:
+        """Record a sign of life, so a restart after a crash can measure its downtime."""
+        with contextlib.suppress(OSError), open(self._alive_path, "w") as f:
+            f.write(repr(time.time()))
+
     def _report_gauges(self) -> None:
         self._last_gauges = time.monotonic()
+        self._touch_alive()
         for tp, runner in self.runners.items():
             runner.report_gauges(self._consumer.highwater(tp))
 
@@ -315,8 +337,9 @@ class Worker:
         runner = PartitionRunner(
             tp, self._by_topic[tp.topic], settings=s, group_id=self.group_id,
             producer=producer, local=self._local, replica=self._replica,
-            scheduler=CheckpointScheduler(s.checkpoints), sensor=self.sensor,
-            retention_s=self._retention_s.get(tp.topic),
+            scheduler=CheckpointScheduler(s.checkpoints, s.session_timeout_ms / 1000),
+            sensor=self.sensor, retention_s=self._retention_s.get(tp.topic),
+            last_alive_s=self._last_alive_before_start,
         )
         try:
             await runner.recover(self._consumer)
@@ -324,6 +347,7 @@ class Worker:
             await runner.close()
             raise
         self.runners[tp] = runner
+        self._recovered_during_fetch.add(tp)
 
     # -- shutdown ---------------------------------------------------------------
 
@@ -360,3 +384,11 @@ def _retention_s(config: dict[str, str]) -> float | None:
     except ValueError:
         return None
     return None if ms < 0 else ms / 1000
+
+
+def _read_alive(path: str) -> float | None:
+    try:
+        with open(path) as f:
+            return float(f.read().strip())
+    except (OSError, ValueError):
+        return None

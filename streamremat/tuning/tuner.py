@@ -201,8 +201,9 @@ class Tuner:
         reason = _infeasible_reason(cfg, t_rto, sigma_rto, d_hi, l_hi)
         if checkpoint_age_s is None and self._durable_position_s is not None:
             checkpoint_age_s = max(now_s - self._durable_position_s, 0.0)
+        # The expected recovery (means); worst_case_recovery_s is the conservative one.
         predicted = (
-            None if checkpoint_age_s is None else recovery_time(d_hi, checkpoint_age_s, sigma_rto)
+            None if checkpoint_age_s is None else recovery_time(d_mean, checkpoint_age_s, sigma)
         )
         return TunerDecision(
             now_s=now_s,

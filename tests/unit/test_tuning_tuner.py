@@ -91,7 +91,8 @@ def test_predicted_recovery_tracks_checkpoint_age() -> None:
     tuner.observe_checkpoint(1000.0, 0.3, 2.0)  # offset fixed at 998
     d = tuner.decision(1100.0)
     assert d.checkpoint_age_s == pytest.approx(102.0)
-    expected = (d.sigma_rto * d.downtime_p90_s + 102.0) / (d.sigma_rto - 1)
+    # The prediction is the expected recovery (means); the worst case is conservative.
+    expected = (d.sigma * d.downtime_s + 102.0) / (d.sigma - 1)
     assert d.predicted_recovery_s == pytest.approx(expected)
     assert tuner.decision(1100.0, checkpoint_age_s=0.0).predicted_recovery_s < expected
     assert "predicted_recovery" in d.explain()
