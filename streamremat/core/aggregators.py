@@ -26,6 +26,7 @@ from streamremat.core.codec import (
 from streamremat.core.exceptions import ConfigError, StateFormatError
 
 Picker = str | Callable[[Any], Any] | None
+_MISSING = object()
 
 
 def _make_picker(of: Picker, what: str) -> Callable[[Any], Any] | None:
@@ -127,6 +128,20 @@ class Count(Aggregator):
 
 class Sum(Aggregator):
     """Sum of a numeric field; exact while every item is an int."""
+
+    def __init__(self, of: Picker = None) -> None:
+        super().__init__(of)
+        self._field = of if isinstance(of, str) else None
+
+    def pick(self, value: Any) -> Any:
+        # Hot path: a plain int or finite float under a field name, no extra calls.
+        field = self._field
+        if field is not None and type(value) is dict:
+            item = value.get(field, _MISSING)
+            t = type(item)
+            if t is int or (t is float and item - item == 0.0):
+                return item
+        return super().pick(value)
 
     def check(self, item: Any) -> None:
         _check_number(item)
@@ -408,16 +423,18 @@ class Composite(Aggregator):
         self.parts = tuple(as_aggregator(p) for p in parts.values())
         self.needs_value = any(p.needs_value for p in self.parts)
         self.field_names = tuple(f for p in self.parts for f in p.field_names)
+        self._picks = tuple(p.pick for p in self.parts)
+        self._adds = tuple(enumerate(p.add for p in self.parts))
 
     def pick(self, value: Any) -> list[Any]:
-        return [p.pick(value) for p in self.parts]
+        return [pick(value) for pick in self._picks]
 
     def zero(self) -> list[Any]:
         return [p.zero() for p in self.parts]
 
     def add(self, acc: list[Any], item: list[Any]) -> list[Any]:
-        for i, part in enumerate(self.parts):
-            acc[i] = part.add(acc[i], item[i])
+        for i, add in self._adds:
+            acc[i] = add(acc[i], item[i])
         return acc
 
     def merge(self, a: list[Any], b: list[Any]) -> list[Any]:

@@ -122,7 +122,6 @@ class PartitionRunner:
         self._futures: list[asyncio.Future[Any]] = []
         self._in_txn = False
         self._checkpoint_soon = False
-        self._checkpointed_at = self.position
         self._last_checkpoint_mono = time.monotonic()
         self._records_since_checkpoint = 0
         self._replay_started = 0.0

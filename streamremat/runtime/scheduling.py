@@ -9,6 +9,7 @@ partition to another worker.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import struct
 
@@ -53,62 +54,64 @@ class CheckpointScheduler:
     def __init__(self, settings: CheckpointSettings, detect_s: float = 10.0) -> None:
         self.settings = settings
         self.config = tuner_config(settings, detect_s)
-        self.tuner: Tuner | None = None
+        # The tuner always learns, so metrics and `streamremat tune` show what it
+        # would choose even while a fixed interval is in force.
+        self.tuner = Tuner(self.config)
         self.policy: IntervalPolicy
+        self.fixed: FixedInterval | None = None
         if settings.policy == "adaptive":
-            self.tuner = Tuner(self.config)
             self.policy = AdaptiveInterval(self.tuner)
         else:
-            self.policy = FixedInterval(seconds=settings.interval_s,
-                                        records=settings.interval_records)
+            self.fixed = FixedInterval(seconds=settings.interval_s,
+                                       records=settings.interval_records)
+            self.policy = self.fixed
 
     # -- restore ----------------------------------------------------------------
 
     def restore(self, meta: bytes, unclean: bool, now_s: float,
                 retention_s: float | None) -> None:
         """Continue from a checkpoint's tuner state; count an unclean stop as a failure."""
-        if self.tuner is not None:
-            _, state = decode_meta(meta)
-            if state:
-                try:
-                    self.tuner = Tuner.from_bytes(state, self.config)
-                except TunerStateError as exc:
-                    log.warning("tuner state in the checkpoint is unreadable (%s); starting "
-                                "from the priors", exc)
+        _, state = decode_meta(meta)
+        if state:
+            try:
+                self.tuner = Tuner.from_bytes(state, self.config)
+            except TunerStateError as exc:
+                log.warning("tuner state in the checkpoint is unreadable (%s); starting "
+                            "from the priors", exc)
+            if self.fixed is None:
                 self.policy = AdaptiveInterval(self.tuner)
-            self.tuner.set_retention(retention_s)
-            if unclean:
-                self.tuner.observe_failure(now_s)
+        self.tuner.set_retention(retention_s)
+        if unclean:
+            self.tuner.observe_failure(now_s)
 
     def recovered(self, downtime_s: float, replayed: int, replay_s: float) -> None:
-        if self.tuner is not None:
-            self.tuner.observe_recovery(downtime_s, replayed, replay_s)
+        self.tuner.observe_recovery(downtime_s, replayed, replay_s)
 
     # -- live -------------------------------------------------------------------
 
     def batch(self, records: int, busy_s: float, backlogged: bool) -> None:
         """A batch was processed; ``backlogged`` batches measure full-speed throughput."""
-        if self.tuner is not None and backlogged:
+        if backlogged:
             self.tuner.observe_backlog(records, busy_s)
 
     def source_grew(self, now_s: float, records: int) -> None:
         """The source partition's end offset grew by ``records``: the ingest rate r,
         which is what replay has to catch up with (not what we happen to process)."""
-        if self.tuner is not None:
-            self.tuner.observe_ingest(now_s, records)
+        self.tuner.observe_ingest(now_s, records)
 
     def due(self, now_s: float, records_since: int, seconds_since: float) -> bool:
         return self.policy.should_checkpoint(now_s, records_since, seconds_since)
 
     def checkpointed(self, now_s: float, cost_s: float, durable_latency_s: float,
                      size_bytes: int) -> None:
-        if self.tuner is not None:
-            self.tuner.observe_checkpoint(now_s, cost_s, durable_latency_s, size_bytes)
+        self.tuner.observe_checkpoint(now_s, cost_s, durable_latency_s, size_bytes)
 
     def meta(self, wall_ms: int) -> bytes:
-        return encode_meta(wall_ms, self.tuner.to_bytes() if self.tuner is not None else b"")
+        return encode_meta(wall_ms, self.tuner.to_bytes())
 
-    def decision(self, now_s: float, checkpoint_age_s: float | None = None) -> TunerDecision | None:
-        if self.tuner is None:
-            return None
-        return self.tuner.decision(now_s, checkpoint_age_s)
+    def decision(self, now_s: float, checkpoint_age_s: float | None = None) -> TunerDecision:
+        """The tuner's figures; under a fixed policy, the interval is the fixed one."""
+        decision = self.tuner.decision(now_s, checkpoint_age_s)
+        if self.fixed is not None and self.fixed.seconds is not None:
+            decision = dataclasses.replace(decision, interval_s=self.fixed.seconds)
+        return decision

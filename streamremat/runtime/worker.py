@@ -188,6 +188,10 @@ class Worker:
                     await self._commit_all()
                 if time.monotonic() - self._last_gauges >= 1.0:
                     self._report_gauges()
+            # getmany returns buffered records without suspending; during a replay
+            # nothing else awaits, so yield or the heartbeat task starves and the
+            # group evicts this worker.
+            await asyncio.sleep(0)
 
     async def _process(self, batches: dict[TopicPartition, list[Any]]) -> None:
         started = time.monotonic()

@@ -67,36 +67,8 @@ QUERIES = dashboard_queries()
 # entry must be deleted. Keep these sets exactly as small as the gaps.
 
 # The runtime does not report these yet: a hook must be wired (see each reason).
-_NO_TUNER_UNDER_FIXED = (
-    "hook not wired: with --checkpoint-policy fixed, runtime/scheduling.py "
-    "CheckpointScheduler has no Tuner, so decision() returns None and "
-    "PartitionRunner.report_gauges (runtime/partition.py) never calls Sensor.on_tuner; "
-    "run the Tuner observe-only under the fixed policy (interval_s = the fixed interval)"
-)
-NOT_WIRED: dict[tuple[str, str], str] = {
-    (title, metric): _NO_TUNER_UNDER_FIXED
-    for title, metric in [
-        ("Worst predicted recovery vs RTO", "streamremat_predicted_recovery_seconds"),
-        ("Worst predicted recovery vs RTO", "streamremat_rto_seconds"),
-        ("Tasks with infeasible RTO", "streamremat_rto_infeasible"),
-        ("Checkpoint age vs interval", "streamremat_checkpoint_interval_seconds"),
-        ("Predicted recovery vs RTO", "streamremat_predicted_recovery_seconds"),
-        ("Predicted recovery vs RTO", "streamremat_rto_seconds"),
-        ("Checkpoint interval and its bounds", "streamremat_checkpoint_interval_seconds"),
-        ("Checkpoint interval and its bounds", "streamremat_tuner_optimal_interval_seconds"),
-        ("Checkpoint interval and its bounds", "streamremat_tuner_rto_interval_seconds"),
-        ("Checkpoint interval and its bounds", "streamremat_tuner_retention_interval_seconds"),
-        ("Active tuner bound", "streamremat_tuner_bound"),
-        ("Tuner costs: C, L, D", "streamremat_tuner_checkpoint_cost_seconds"),
-        ("Tuner costs: C, L, D", "streamremat_tuner_checkpoint_latency_seconds"),
-        ("Tuner costs: C, L, D", "streamremat_tuner_downtime_seconds"),
-        ("Tuner rates: r and mu", "streamremat_tuner_ingest_rate_records_per_second"),
-        ("Tuner rates: r and mu", "streamremat_tuner_replay_rate_records_per_second"),
-        ("Tuner: sigma = mu / r", "streamremat_tuner_replay_speedup_ratio"),
-        ("Tuner: failure rate lambda", "streamremat_tuner_failure_rate_per_second"),
-        ("RTO infeasible", "streamremat_rto_infeasible"),
-    ]
-}
+# Every hook the dashboard needs is wired (the tuner reports under a fixed policy too).
+NOT_WIRED: dict[tuple[str, str], str] = {}
 
 # Empty in a run without that fault: the series exists only once the event
 # happens, and nothing outside the worker can make a checkpoint write fail here.
@@ -107,14 +79,7 @@ NEEDS_FAULT: dict[tuple[str, str], str] = {
     ),
 }
 
-# The query cannot show what the metric records.
-DASHBOARD_GAPS: dict[tuple[str, str], str] = {
-    ("Restore duration", "streamremat_restore_duration_seconds_bucket"): (
-        "restores happen as a worker starts, before Prometheus first scrapes it, so the "
-        "histogram's first sample already holds them and rate() over it is 0 (NaN "
-        "quantile) after every restart; plot sum/count or a last-restore gauge instead"
-    ),
-}
+DASHBOARD_GAPS: dict[tuple[str, str], str] = {}
 
 EXPECTED_EMPTY = NOT_WIRED | NEEDS_FAULT | DASHBOARD_GAPS
 
