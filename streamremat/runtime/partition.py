@@ -27,12 +27,13 @@ from streamremat.core.operator import Operator
 from streamremat.core.records import SourceRecord
 from streamremat.core.task import Task
 from streamremat.metrics.sensor import Sensor
+from streamremat.runtime.checkpointing import Checkpointer
 from streamremat.runtime.exceptions import RetentionGapError
 from streamremat.runtime.outputs import BatchSender, OutRecord, to_records
 from streamremat.runtime.scheduling import CheckpointScheduler
 from streamremat.runtime.settings import GapPolicy, WorkerSettings
 from streamremat.state.base import CheckpointStore
-from streamremat.state.frame import CheckpointFrame, FrameKind, TaskId
+from streamremat.state.frame import TaskId
 from streamremat.state.restore import newest_restore_point
 
 log = logging.getLogger("streamremat.worker")
@@ -44,23 +45,6 @@ class Phase(enum.Enum):
     LIVE = "live"
     CLOSED = "closed"
     FENCED = "fenced"
-
-
-@dataclass
-class _Chain:
-    """Where a task's checkpoint chain stands: the next seq, and when to write a full."""
-
-    task_id: TaskId
-    next_seq: int
-    base_seq: int | None = None  # None: the next checkpoint must be full
-    full_bytes: int = 0
-    delta_bytes: int = 0
-    written: int = 0
-
-    def next_is_full(self, delta_ratio: float) -> bool:
-        # A full once the deltas since the last one outweigh it: restore cost then
-        # stays within ~2x of one full read, and bytes written stay ~ keys touched.
-        return self.base_seq is None or self.delta_bytes > delta_ratio * max(self.full_bytes, 1)
 
 
 @dataclass
@@ -112,7 +96,8 @@ class PartitionRunner:
         self.sensor = sensor
         self.phase = Phase.RESTORING
         self.tasks: list[Task] = []
-        self._chains: list[_Chain] = []
+        self.checkpointer = Checkpointer(tp.partition, settings.checkpoints, local, replica,
+                                         scheduler, sensor)
         #: next offset to process; what a commit now would store
         self.position = 0
         self.committed: int | None = None
@@ -126,7 +111,6 @@ class PartitionRunner:
         self._records_since_checkpoint = 0
         self._replay_started = 0.0
         self._replay_logged = 0.0
-        self._replica_tail: asyncio.Task[None] | None = None
         self._checkpointed_at = -1
         self._last_checkpoint_wall = time.time()
         self._last_highwater: int | None = None
@@ -188,7 +172,7 @@ class PartitionRunner:
                 task = Task(op, tp.partition)
                 task.next_offset = log_start
             self.tasks.append(task)
-            self._chains.append(_Chain(task_id, choice.next_seq))
+            self.checkpointer.add_task(task_id, choice.next_seq)
         start = min(t.next_offset or 0 for t in self.tasks)
         if start < log_start:
             if self.settings.on_retention_gap is GapPolicy.FAIL:
@@ -438,127 +422,29 @@ class PartitionRunner:
                 self.sensor.on_tuner(op.name, p, decision)
 
     async def checkpoint(self, clean: bool = False) -> None:
-        """Write one checkpoint of every task (DESIGN §5, §7).
-
-        1. Only at a point whose outputs are committed: right after a commit when
-           live (offset == committed), or during replay (offset <= committed).
-        2. Per task, encode a delta (dirty accumulators) or, when the chain needs
-           one, a full snapshot, with offset, stream time and the clean flag.
-        3. Append it to the local RocksDB store: one WriteBatch, synced.
-        4. Replicate it to the compacted checkpoint topic in the background, in
-           order per partition; a failed write makes the next checkpoint full.
-        5. Prune both stores to the last N restorable checkpoints.
-        """
+        """Checkpoint every task of the partition, when its outputs are committed:
+        right after a commit when live (offset == committed), or during replay
+        (offset <= committed). See ``Checkpointer.write`` for the protocol."""
         if self.phase not in (Phase.LIVE, Phase.REPLAYING):
             return
         if self.position == self._checkpointed_at and not clean:
             self._last_checkpoint_mono = time.monotonic()
             return  # nothing new since the last checkpoint
-        started = time.monotonic()
-        ck = self.settings.checkpoints
-        meta = self.scheduler.meta(int(time.time() * 1000))
-        frames: list[CheckpointFrame] = []
-        for task, chain in zip(self.tasks, self._chains, strict=True):
-            full = chain.next_is_full(ck.full_after_delta_ratio)
-            payload = task.snapshot(full)
-            seq = chain.next_seq
-            frame = CheckpointFrame(
-                task=chain.task_id,
-                seq=seq,
-                kind=FrameKind.FULL if full else FrameKind.DELTA,
-                base_seq=seq if full else (chain.base_seq if chain.base_seq is not None else seq),
-                offset=task.next_offset if task.next_offset is not None else self.position,
-                stream_time_ms=task.stream_time_ms if task.stream_time_ms is not None else -1,
-                clean=clean,
-                meta=meta,
-                payload=payload,
-            )
-            op = task.operator.name
-            try:
-                await self.local.append(frame)
-                await self.local.prune(chain.task_id, ck.keep)
-            except Exception as exc:
-                chain.base_seq = None  # the chain has a hole now: restart it with a full
-                chain.next_seq = seq + 1
-                self.sensor.on_checkpoint_failed(op, self.tp.partition, type(exc).__name__)
-                log.error("%s: checkpoint seq %d failed: %s", chain.task_id, seq, exc)
-                continue
-            chain.next_seq = seq + 1
-            chain.written += 1
-            if full:
-                chain.base_seq, chain.full_bytes, chain.delta_bytes = seq, len(payload), 0
-            else:
-                chain.delta_bytes += len(payload)
-            frames.append(frame)
-            elapsed = time.monotonic() - started
-            self.sensor.on_checkpoint(op, self.tp.partition, elapsed, len(payload),
-                                      "full" if full else "incremental")
-            self.sensor.on_open_windows(op, self.tp.partition, task.open_windows(),
-                                        task.open_keys())
-            log.info(
-                "%s: checkpoint seq %d %s at offset %d: %d bytes in %.1f ms",
-                chain.task_id, seq, "full" if full else "delta", frame.offset, len(payload),
-                elapsed * 1000,
-                extra={"event": "checkpoint", "task": str(chain.task_id), "seq": seq,
-                       "kind": "full" if full else "delta", "offset": frame.offset,
-                       "bytes": len(payload), "duration_s": elapsed, "clean": clean},
-            )
+        await self.checkpointer.write(self.tasks, self.position, clean)
         self._checkpoint_soon = False
         self._checkpointed_at = self.position
         self._last_checkpoint_mono = time.monotonic()
         self._last_checkpoint_wall = time.time()
         self._records_since_checkpoint = 0
-        cost_s = time.monotonic() - started
-        size = sum(len(f.payload) for f in frames)
-        if frames and self.replica is not None:
-            self._replica_tail = asyncio.create_task(
-                self._replicate(self._replica_tail, frames, started, cost_s)
-            )
-        elif frames:
-            self.scheduler.checkpointed(time.time(), cost_s, cost_s, size)
         decision = self.scheduler.decision(time.time(), 0.0)
-        if decision is not None:
-            log.info("%s[%d]: tuner: %s", self.tp.topic, self.tp.partition, decision.explain(),
-                     extra={"event": "tuner", "interval_s": decision.interval_s,
-                            "bound": decision.active_bound.name.lower(),
-                            "predicted_recovery_s": decision.predicted_recovery_s})
-
-    async def _replicate(
-        self, previous: asyncio.Task[None] | None, frames: list[CheckpointFrame],
-        started: float, cost_s: float,
-    ) -> None:
-        if previous is not None:
-            await asyncio.gather(previous, return_exceptions=True)
-        assert self.replica is not None
-        ok = True
-        for frame in frames:
-            chain = next(c for c in self._chains if c.task_id == frame.task)
-            try:
-                await self.replica.append(frame)
-                if chain.written % 10 == 0:  # a replica prune scans the partition: not every time
-                    await self.replica.prune(frame.task, self.settings.checkpoints.keep)
-            except Exception as exc:
-                # Restore prefers whichever copy is newer; a stale replica only matters
-                # if this machine is lost too. Restart the chain so the replica heals.
-                ok = False
-                chain.base_seq = None
-                self.sensor.on_checkpoint_failed(frame.task.operator, self.tp.partition,
-                                                 f"replica:{type(exc).__name__}")
-                log.warning("%s: replicating checkpoint seq %d failed: %s",
-                            frame.task, frame.seq, exc)
-        if ok:
-            # L: from fixing the checkpoint's offset until the replica has it.
-            self.scheduler.checkpointed(time.time(), cost_s, time.monotonic() - started,
-                                        sum(len(f.payload) for f in frames))
+        log.info("%s[%d]: tuner: %s", self.tp.topic, self.tp.partition, decision.explain(),
+                 extra={"event": "tuner", "interval_s": decision.interval_s,
+                        "bound": decision.active_bound.name.lower(),
+                        "predicted_recovery_s": decision.predicted_recovery_s})
 
     async def drain_replica(self, timeout_s: float) -> None:
         """Wait for background replica writes (on revocation and shutdown)."""
-        if self._replica_tail is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._replica_tail), timeout_s)
-            except TimeoutError:
-                log.warning("%s[%d]: replica writes still pending after %.0f s",
-                            self.tp.topic, self.tp.partition, timeout_s)
+        await self.checkpointer.drain(timeout_s)
 
     async def close(self) -> None:
         self.phase = Phase.CLOSED if self.phase is not Phase.FENCED else Phase.FENCED
