@@ -15,6 +15,7 @@ output never depends on how records were split into batches.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from typing import Any
 
 from streamremat.core.aggregators import Aggregator, Count
@@ -249,6 +250,46 @@ class _KeyedHeapState(WindowState):
     def _rebuild_due(self) -> None:
         self._due, self._registered = [], {}
 
+    def _encode_lists(self, full: bool, lists: dict[bytes, Any]) -> bytes:
+        """Per key, a list of ``(a, b, acc)`` with ``a <= b``: a session's first and
+        last time, or a buffered record's time and arrival stream time. A key
+        without entries is written with 0 entries, which deletes it on restore."""
+        keys = sorted(lists) if full else sorted(self.dirty)
+        self.dirty = set()
+        encode = self.agg.encode
+        out = bytearray()
+        write_uvarint(out, len(keys))
+        for key in keys:
+            write_bytes(out, key)
+            entries = lists.get(key, ())
+            write_uvarint(out, len(entries))
+            for a, b, acc in entries:
+                write_svarint(out, a)
+                write_uvarint(out, b - a)
+                write_bytes(out, encode(acc))
+        return bytes(out)
+
+    def _apply_lists(
+        self, body: bytes, lists: dict[bytes, Any], make: Callable[[int, int, Any], Any]
+    ) -> None:
+        decode = self.agg.decode
+        n_keys, pos = read_uvarint(body, 0)
+        for _ in range(n_keys):
+            key, pos = read_bytes(body, pos)
+            n, pos = read_uvarint(body, pos)
+            entries = []
+            for _ in range(n):
+                a, pos = read_svarint(body, pos)
+                span, pos = read_uvarint(body, pos)
+                raw, pos = read_bytes(body, pos)
+                entries.append(make(a, a + span, decode(raw)))
+            if entries:
+                lists[key] = entries
+            else:
+                lists.pop(key, None)
+        if pos != len(body):
+            raise StateFormatError(f"trailing bytes after {type(self).__name__} state")
+
 
 class SessionState(_KeyedHeapState):
     """Session windows: per key, a list of ``[first, last, acc]`` sorted by first."""
@@ -322,39 +363,10 @@ class SessionState(_KeyedHeapState):
         return [WindowResult(key, s[0], s[1], result(s[2])) for _, _, key, s in closed]
 
     def encode(self, full: bool) -> bytes:
-        keys = sorted(self.sessions) if full else sorted(self.dirty)
-        self.dirty = set()
-        encode = self.agg.encode
-        out = bytearray()
-        write_uvarint(out, len(keys))
-        for key in keys:
-            write_bytes(out, key)
-            mine = self.sessions.get(key, [])
-            write_uvarint(out, len(mine))  # 0 deletes the key
-            for first, last, acc in mine:
-                write_svarint(out, first)
-                write_uvarint(out, last - first)
-                write_bytes(out, encode(acc))
-        return bytes(out)
+        return self._encode_lists(full, self.sessions)
 
     def apply(self, body: bytes) -> None:
-        decode = self.agg.decode
-        n_keys, pos = read_uvarint(body, 0)
-        for _ in range(n_keys):
-            key, pos = read_bytes(body, pos)
-            n, pos = read_uvarint(body, pos)
-            mine = []
-            for _ in range(n):
-                first, pos = read_svarint(body, pos)
-                length, pos = read_uvarint(body, pos)
-                raw, pos = read_bytes(body, pos)
-                mine.append([first, first + length, decode(raw)])
-            if mine:
-                self.sessions[key] = mine
-            else:
-                self.sessions.pop(key, None)
-        if pos != len(body):
-            raise StateFormatError("trailing bytes after session state")
+        self._apply_lists(body, self.sessions, lambda a, b, acc: [a, b, acc])
 
     def after_restore(self) -> None:
         self._rebuild_due()
@@ -468,39 +480,10 @@ class SlidingState(_KeyedHeapState):
         )
 
     def encode(self, full: bool) -> bytes:
-        keys = sorted(self.buffers) if full else sorted(self.dirty)
-        self.dirty = set()
-        encode = self.agg.encode
-        out = bytearray()
-        write_uvarint(out, len(keys))
-        for key in keys:
-            write_bytes(out, key)
-            buf = self.buffers.get(key, [])
-            write_uvarint(out, len(buf))  # 0 deletes the key
-            for t, seen_at, acc in buf:
-                write_svarint(out, t)
-                write_uvarint(out, seen_at - t)
-                write_bytes(out, encode(acc))
-        return bytes(out)
+        return self._encode_lists(full, self.buffers)
 
     def apply(self, body: bytes) -> None:
-        decode = self.agg.decode
-        n_keys, pos = read_uvarint(body, 0)
-        for _ in range(n_keys):
-            key, pos = read_bytes(body, pos)
-            n, pos = read_uvarint(body, pos)
-            buf = []
-            for _ in range(n):
-                t, pos = read_svarint(body, pos)
-                lag, pos = read_uvarint(body, pos)
-                raw, pos = read_bytes(body, pos)
-                buf.append((t, t + lag, decode(raw)))
-            if buf:
-                self.buffers[key] = buf
-            else:
-                self.buffers.pop(key, None)
-        if pos != len(body):
-            raise StateFormatError("trailing bytes after sliding state")
+        self._apply_lists(body, self.buffers, lambda a, b, acc: (a, b, acc))
 
     def after_restore(self) -> None:
         self._rebuild_due()
