@@ -289,6 +289,10 @@ def scenario(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
                 timeout=30,
             )  # fmt: skip
         time.sleep(3)  # a few scrapes of the steady state
+        # Panels about the live phase (e.g. end-to-end latency of the backfill's windows)
+        # are read now too: after the crash, the next minute window may not close in time.
+        for _title, expr in QUERIES:
+            out.results[expr] = _prometheus_query(prom_port, expr)
 
         # 3. A crash, a damaged newest checkpoint, a restart.
         first.send_signal(signal.SIGKILL)
