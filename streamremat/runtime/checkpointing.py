@@ -17,6 +17,21 @@ from streamremat.state.frame import CheckpointFrame, FrameKind, TaskId
 
 log = logging.getLogger("streamremat.worker")
 
+#: A checkpoint seq is (owner epoch << EPOCH_BITS) | count within the epoch.
+EPOCH_BITS = 32
+
+
+def new_owner_seq(next_seq: int) -> int:
+    """The first seq for a task's new owner: the start of the next epoch.
+
+    A former owner that writes late (a zombie, frozen then resumed) continues its
+    own epoch, so its frames never take the seqs (the keys in the compacted
+    replica) of the new owner's chain, and restore, which takes the newest
+    restorable chain, never mixes the two.
+    """
+    epoch = (next_seq + (1 << EPOCH_BITS) - 1) >> EPOCH_BITS
+    return epoch << EPOCH_BITS
+
 
 @dataclass
 class _Chain:

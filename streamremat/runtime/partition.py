@@ -27,7 +27,7 @@ from streamremat.core.operator import Operator
 from streamremat.core.records import SourceRecord
 from streamremat.core.task import Task
 from streamremat.metrics.sensor import Sensor
-from streamremat.runtime.checkpointing import Checkpointer
+from streamremat.runtime.checkpointing import Checkpointer, new_owner_seq
 from streamremat.runtime.exceptions import RetentionGapError
 from streamremat.runtime.outputs import BatchSender, OutRecord, to_records
 from streamremat.runtime.scheduling import CheckpointScheduler
@@ -172,7 +172,7 @@ class PartitionRunner:
                 task = Task(op, tp.partition)
                 task.next_offset = log_start
             self.tasks.append(task)
-            self.checkpointer.add_task(task_id, choice.next_seq)
+            self.checkpointer.add_task(task_id, new_owner_seq(choice.next_seq))
         start = min(t.next_offset or 0 for t in self.tasks)
         if start < log_start:
             if self.settings.on_retention_gap is GapPolicy.FAIL:
@@ -353,14 +353,26 @@ class PartitionRunner:
             self._in_txn or bool(self._pending) or self.position != self.committed
         )
 
-    async def commit(self, consumer: Any) -> bool:
+    async def commit(self, consumer: Any, prove_ownership: bool = False) -> bool:
         """Commit outputs and the source offset atomically; True if anything was committed.
 
         Exactly-once: the offset goes into the open transaction, which then commits.
         At-least-once: await every output, then commit the offset.
+        ``prove_ownership`` commits a transaction even with nothing new (during a
+        replay: the committed offset again), so a fenced worker finds out here.
         """
         if not self.has_uncommitted:
-            return False
+            if not (prove_ownership and self.settings.guarantee == "exactly_once"):
+                return False
+            if self.phase not in (Phase.LIVE, Phase.REPLAYING) or self.committed is None:
+                return False
+            await self.producer.begin_transaction()
+            self._in_txn = True
+            offset = self.position if self.phase is Phase.LIVE else self.committed
+            await self.producer.send_offsets_to_transaction({self.tp: offset}, self.group_id)
+            await self.producer.commit_transaction()
+            self._in_txn = False
+            return True
         await self.flush()
         offsets = {self.tp: self.position}
         # Every output must be acknowledged before the commit: aiokafka may end a

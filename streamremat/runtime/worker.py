@@ -74,6 +74,8 @@ class Worker:
         #: Partitions recovered while the current ``getmany`` ran: records it returns
         #: for them may have been fetched before recovery's seek (see ``_process``).
         self._recovered_during_fetch: set[TopicPartition] = set()
+        #: assigned, paused, waiting for the loop to restore them
+        self._to_recover: set[TopicPartition] = set()
         self._retention_s: dict[str, float | None] = {}
 
     # -- lifecycle --------------------------------------------------------------
@@ -178,6 +180,9 @@ class Worker:
         consumer = self._consumer
         s = self.settings
         while not self._stopping.is_set() and self._fatal is None:
+            if self._to_recover:
+                async with self._lock:
+                    await self._recover_assigned()
             self._recovered_during_fetch.clear()
             batches = await consumer.getmany(timeout_ms=100, max_records=s.max_batch_records)
             async with self._lock:
@@ -285,6 +290,7 @@ class Worker:
 
     async def _on_revoked(self, revoked: list[TopicPartition]) -> None:
         """Hand partitions over cleanly: finish the batch (the lock), commit, checkpoint."""
+        self._to_recover.difference_update(revoked)
         async with self._lock:
             mine = [tp for tp in revoked if tp in self.runners]
             if mine:
@@ -293,8 +299,10 @@ class Worker:
 
     async def _hand_over(self, tps: list[TopicPartition]) -> None:
         runners = [self.runners[tp] for tp in tps if tp in self.runners]
-        await asyncio.gather(*(self._guard(r, r.commit(self._consumer)) for r in runners
-                               if r.has_uncommitted))
+        # Always commit, even with nothing new: the transaction proves this worker
+        # still owns the partition (a zombie is fenced here) before it checkpoints.
+        await asyncio.gather(*(self._guard(r, r.commit(self._consumer, prove_ownership=True))
+                               for r in runners))
         for runner in runners:
             if runner.tp not in self.runners:
                 continue  # fenced or failed during the commit: no checkpoint
@@ -303,8 +311,22 @@ class Worker:
             await self._drop(runner.tp)
 
     async def _on_assigned(self, assigned: list[TopicPartition]) -> None:
-        async with self._lock:
-            await self._assign([tp for tp in assigned if tp not in self.runners])
+        """Only note the partitions: restoring inside the rebalance listener would
+        hold up the group (no heartbeats), so the loop restores them, paused meanwhile."""
+        new = [tp for tp in assigned if tp not in self.runners]
+        if new:
+            self._consumer.pause(*new)
+            self._to_recover.update(new)
+
+    async def _recover_assigned(self) -> None:
+        assignment = self._consumer.assignment()
+        tps = sorted((tp for tp in self._to_recover if tp in assignment),
+                     key=lambda tp: (tp.topic, tp.partition))
+        self._to_recover.clear()
+        await self._assign(tps)
+        ready = [tp for tp in tps if tp in self.runners]
+        if ready:
+            self._consumer.resume(*ready)
 
     async def _assign(self, tps: list[TopicPartition]) -> None:
         if not tps:

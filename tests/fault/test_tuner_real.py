@@ -40,14 +40,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(bootstrap: str, source: str, state: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+def _start(
+    bootstrap: str, source: str, state: Path, port: int, log: Path
+) -> subprocess.Popen[bytes]:
     env = dict(os.environ, STREAMREMAT_TUNER_TEST_SOURCE=source)
     cmd = [
         sys.executable, "-m", "streamremat", "worker", "tests.fault.tuner_app:app",
         "--bootstrap", bootstrap, "--state-dir", str(state), "--metrics-port", str(port),
         "--checkpoint-policy", "adaptive", "--rto-seconds", str(RTO_S),
         "--min-interval", "1", "--max-interval", "10",
-        "--commit-interval", "0.2", "--session-timeout-ms", "3000",
+        "--commit-interval", "0.2", "--session-timeout-ms", "3000", "--max-batch", "1000",
     ]
     with log.open("ab") as out:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -111,10 +113,13 @@ async def test_recovery_within_rto_and_predicted(kafka_bootstrap: str, new_topic
     consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap,
                                 group_id=f"streamremat-tuner-{source}", enable_auto_commit=False)
     await consumer.start()
-    worker = _start(kafka_bootstrap, source, state, port, log)
     results: list[tuple[float, float]] = []
+    # The worker starts behind (a few seconds of backlog), as after any deployment:
+    # catching up is how the tuner measures its full speed mu before the first failure.
+    await asyncio.sleep(5)
+    worker = _start(kafka_bootstrap, source, state, port, log)
     try:
-        await asyncio.sleep(10)  # warm up: the tuner measures r, C, L and (catching up) mu
+        await asyncio.sleep(10)  # warm up: the tuner measures r, C, L and mu
         await _wait_caught_up(kafka_bootstrap, consumer, source, 60)
         for _ in range(FAILURES):
             await asyncio.sleep(6)
