@@ -73,7 +73,6 @@ class Worker:
         self._last_alive_before_start: float | None = None
         #: Partitions recovered while the current ``getmany`` ran: records it returns
         #: for them may have been fetched before recovery's seek (see ``_process``).
-        self._recovered_during_fetch: set[TopicPartition] = set()
         #: assigned, paused, waiting for the loop to restore them
         self._to_recover: set[TopicPartition] = set()
         self._retention_s: dict[str, float | None] = {}
@@ -183,7 +182,6 @@ class Worker:
             if self._to_recover:
                 async with self._lock:
                     await self._recover_assigned()
-            self._recovered_during_fetch.clear()
             batches = await consumer.getmany(timeout_ms=100, max_records=s.max_batch_records)
             async with self._lock:
                 if self._fatal is not None:
@@ -200,13 +198,6 @@ class Worker:
 
     async def _process(self, batches: dict[TopicPartition, list[Any]]) -> None:
         started = time.monotonic()
-        stale = [tp for tp in batches if tp in self._recovered_during_fetch and tp in self.runners]
-        for tp in stale:
-            # Assigned and recovered while this batch was fetched: it may come from the
-            # committed offset, before recovery's seek to the checkpoint offset, and would
-            # skip the replay. Fetch again from where the partition's runner stands.
-            self._consumer.seek(tp, self.runners[tp].position)
-            del batches[tp]
         for tp, records in batches.items():
             runner = self.runners.get(tp)
             if runner is None or runner.phase not in (Phase.REPLAYING, Phase.LIVE):
@@ -319,6 +310,12 @@ class Worker:
             self._to_recover.update(new)
 
     async def _recover_assigned(self) -> None:
+        """Restore the partitions assigned since the last loop, then let them fetch.
+
+        They stayed paused since assignment, so no batch fetched from the committed
+        offset (before recovery's seek to the checkpoint offset) can skip the replay:
+        aiokafka drops buffered records of a paused or re-positioned partition.
+        """
         assignment = self._consumer.assignment()
         tps = sorted((tp for tp in self._to_recover if tp in assignment),
                      key=lambda tp: (tp.topic, tp.partition))
@@ -373,7 +370,6 @@ class Worker:
             await runner.close()
             raise
         self.runners[tp] = runner
-        self._recovered_during_fetch.add(tp)
 
     # -- shutdown ---------------------------------------------------------------
 
