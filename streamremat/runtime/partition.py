@@ -430,8 +430,7 @@ class PartitionRunner:
             if highwater is not None:
                 self.sensor.on_lag(op.name, p, max(0, highwater - self.position))
             self.sensor.on_checkpoint_age(op.name, p, age)
-            if decision is not None:
-                self.sensor.on_tuner(op.name, p, decision)
+            self.sensor.on_tuner(op.name, p, decision)
 
     async def checkpoint(self, clean: bool = False) -> None:
         """Checkpoint every task of the partition, when its outputs are committed:
