@@ -323,8 +323,13 @@ class Run:
 
 def throughput_of(w: dict[str, Any]) -> float | None:
     first, last = w["first"], w["last"]
-    if first is None or last[0] <= first[0]:
+    if first is None:
         return None
+    if last[0] <= first[0]:
+        # Everything committed at once (a small run): the rate since the process
+        # started, start-up included, is all that can be said.
+        elapsed = float(last[0] - w["started"])
+        return float(last[1]) / elapsed if elapsed > 0 else None
     return float(last[1] - first[1]) / float(last[0] - first[0])
 
 

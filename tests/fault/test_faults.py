@@ -198,7 +198,7 @@ async def test_dead_letters_exactly_once_across_a_kill(fault_env: FaultEnv) -> N
     with the reason header, even with a kill -9 in the middle."""
     env = fault_env
     feeder = Feeder(env.bootstrap, env.source, env.partitions, seed=5, bad_every=150)
-    w = env.worker("a")
+    w = env.worker("a", checkpoint_interval=30.0)  # kills land between checkpoints: replay
     w.start()
     await w.wait_live(env.partitions)
     feeding = asyncio.create_task(feeder.produce(80_000, 2_000, 0.4))
