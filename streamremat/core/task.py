@@ -55,25 +55,42 @@ class Task:
             operator.steps or operator.key_by or operator.timestamp_by
         ) or operator.value_serde.name != "raw"
         self._plain = not (operator.steps or operator.key_by or operator.timestamp_by)
+        self._timestamp_from_record = operator.timestamp_by is None
 
     @property
     def stream_time_ms(self) -> int | None:
         st = self.state.stream_time
         return None if st == NO_TIME else st
 
-    def process(self, records: Sequence[SourceRecord], emit: bool = True) -> BatchOutput:
+    def process(
+        self, records: Sequence[SourceRecord], emit: bool = True, horizon_ms: int | None = None
+    ) -> BatchOutput:
         """Fold a batch of source records into state and close due windows.
 
         With ``emit=False`` (replay of offsets whose outputs were already committed)
         state advances exactly as in live mode and the outputs are dropped.
+
+        ``horizon_ms`` (replay only): the stream time the replay will end at, known
+        from the commit it replays up to. A record all of whose windows close by
+        then only feeds windows that were emitted before and are dropped by the end
+        of the replay, so it is skipped undecoded; the state at the end is the same
+        (see ``WindowState.last_close_ms``).
         """
         out = BatchOutput()
         if not records:
             return out
+        next_offset = records[-1].offset + 1
+        if horizon_ms is not None and not emit and self._timestamp_from_record:
+            last_close = self.state.last_close_ms
+            if last_close is not None:
+                records = [
+                    r for r in records
+                    if type(r.timestamp) is not int or last_close(r.timestamp) > horizon_ms
+                ]
         srcs, keys, times, items = self._prepare(records, out.dead_letters)
         late = self.state.add_batch(keys, times, items)
         results = self.state.close()
-        self.next_offset = records[-1].offset + 1
+        self.next_offset = next_offset
         if not emit:
             return BatchOutput()
         out.results = results

@@ -44,6 +44,12 @@ class WindowState:
         #: stream time at the end of the last ``close``; windows closing at or before it are gone.
         self.closed_through = NO_TIME
 
+    #: For replay skipping: the latest close time of the windows a record at ``t``
+    #: belongs to, when it depends on ``t`` alone (None: it doesn't, never skip).
+    #: A record whose windows all close by the replay's end stream time can only
+    #: touch windows that close during the replay, before any output matters.
+    last_close_ms: Callable[[int], int] | None = None
+
     def add_batch(self, keys: list[bytes], times: list[int], items: list[Any]) -> list[int]:
         """Fold the records into their windows; return the indices of late records."""
         raise NotImplementedError
@@ -83,6 +89,8 @@ class FixedWindowState(WindowState):
         self.dirty: dict[int, set[bytes]] = {}
         # Count() needs no call per record: the accumulator is the number itself.
         self._plain_count = type(agg) is Count and not agg.needs_value
+        # The newest window containing t starts at the last multiple of advance <= t.
+        self.last_close_ms = lambda t: t - t % advance_ms + size_ms + grace_ms
 
     def add_batch(self, keys: list[bytes], times: list[int], items: list[Any]) -> list[int]:
         if self.advance == self.size:

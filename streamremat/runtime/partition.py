@@ -17,10 +17,11 @@ import bisect
 import enum
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from aiokafka import TopicPartition
 
 from streamremat.core.operator import Operator
@@ -37,6 +38,28 @@ from streamremat.state.frame import TaskId
 from streamremat.state.restore import newest_restore_point
 
 log = logging.getLogger("streamremat.worker")
+
+#: Reads a partition's committed offset (None: never committed) and its metadata.
+FetchCommitted = Callable[[TopicPartition], Awaitable[tuple[int | None, str]]]
+
+
+def encode_commit_metadata(stream_times: dict[str, int]) -> str:
+    """Committed with each offset: every task's stream time at that offset, so a
+    replay up to it knows where it will end (``Task.process(horizon_ms=...)``).
+    Kept small: the broker caps offset metadata (offset.metadata.max.bytes, 4 KiB)."""
+    text = orjson.dumps({"v": 1, "st": stream_times}).decode()
+    return text if len(text) <= 3500 else ""
+
+
+def decode_commit_metadata(text: str | None) -> dict[str, int]:
+    """The stream times of ``encode_commit_metadata``; {} for anything else (no skipping)."""
+    try:
+        data = orjson.loads(text or "{}")
+        if data.get("v") != 1:
+            return {}
+        return {str(k): int(v) for k, v in data.get("st", {}).items()}
+    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+        return {}
 
 
 class Phase(enum.Enum):
@@ -114,10 +137,13 @@ class PartitionRunner:
         self._checkpointed_at = -1
         self._last_checkpoint_wall = time.time()
         self._last_highwater: int | None = None
+        #: per operator, the stream time at the committed offset: replay's horizon
+        self._horizon: dict[str, int] = {}
+        self._committed_metadata = ""
 
     # -- recovery ---------------------------------------------------------------
 
-    async def recover(self, consumer: Any) -> RecoveryReport:
+    async def recover(self, consumer: Any, fetch_committed: FetchCommitted) -> RecoveryReport:
         """Restore this partition's tasks and position the consumer (DESIGN §6).
 
         1. For every task, load the newest valid checkpoint from the local store
@@ -134,7 +160,9 @@ class PartitionRunner:
         started = time.monotonic()
         tp = self.tp
         log_start = (await consumer.beginning_offsets([tp]))[tp]
-        committed = await consumer.committed(tp)
+        committed, metadata = await fetch_committed(tp)
+        self._horizon = decode_commit_metadata(metadata)
+        self._committed_metadata = metadata
         sources: set[str] = set()
         notes: list[str] = []
         unclean = False
@@ -268,7 +296,8 @@ class PartitionRunner:
             split = bisect.bisect_left([r.offset for r in records], k)
             if split:
                 for task in self.tasks:
-                    task.process(self._unseen(task, records[:split]), emit=False)
+                    task.process(self._unseen(task, records[:split]), emit=False,
+                                 horizon_ms=self._horizon.get(task.operator.name))
                 self.position = records[split - 1].offset + 1
                 self._replay_progress()
             records = records[split:]
@@ -369,12 +398,15 @@ class PartitionRunner:
             await self.producer.begin_transaction()
             self._in_txn = True
             offset = self.position if self.phase is Phase.LIVE else self.committed
-            await self.producer.send_offsets_to_transaction({self.tp: offset}, self.group_id)
+            metadata = (self._commit_metadata() if self.phase is Phase.LIVE
+                        else self._committed_metadata)
+            await self.producer.send_offsets_to_transaction({self.tp: (offset, metadata)},
+                                                            self.group_id)
             await self.producer.commit_transaction()
             self._in_txn = False
             return True
         await self.flush()
-        offsets = {self.tp: self.position}
+        offsets = {self.tp: (self.position, self._commit_metadata())}
         # Every output must be acknowledged before the commit: aiokafka may end a
         # transaction while a batch waits to be retried, and that batch would be lost.
         await asyncio.gather(*self._futures)
@@ -390,6 +422,11 @@ class PartitionRunner:
         self._futures.clear()
         self.committed = self.position
         return True
+
+    def _commit_metadata(self) -> str:
+        return encode_commit_metadata(
+            {t.operator.name: t.stream_time_ms for t in self.tasks if t.stream_time_ms is not None}
+        )
 
     async def abort(self) -> None:
         """Drop the open transaction (its outputs are never seen by readers)."""

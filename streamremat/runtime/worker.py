@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import IllegalStateError, InvalidProducerEpoch, KafkaError, ProducerFenced
 
 from streamremat.core.operator import App, Operator
@@ -64,6 +65,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._consumer: Any = None
         self._shared_producer: Any = None
+        self._admin: Any = None
         self._local: CheckpointStore | None = None
         self._replica: CheckpointStore | None = None
         self._fatal: BaseException | None = None
@@ -138,6 +140,8 @@ class Worker:
             fetch_max_bytes=16 * 1024 * 1024,
             max_partition_fetch_bytes=4 * 1024 * 1024,
         )
+        self._admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await self._admin.start()
         self._consumer.subscribe(sorted(self._by_topic), listener=_Rebalance(self))
         await self._consumer.start()
         log.info(
@@ -236,16 +240,25 @@ class Worker:
             runner.report_gauges(self._consumer.highwater(tp))
 
     async def _commit_all(self) -> None:
-        """Commit every live partition (outputs + offsets), then checkpoint the due ones."""
+        """Commit every live partition (outputs + offsets), then checkpoint the due ones.
+
+        Only a partition that has just committed may checkpoint: its state is then
+        exactly at its committed offset, and the commit proved this worker still owns
+        it (a worker frozen past its session timeout is fenced by the commit instead
+        of writing a checkpoint for a partition it lost)."""
         self._last_commit = time.monotonic()
         runners = [r for r in self.runners.values() if r.has_uncommitted]
-        if runners:
-            started = time.monotonic()
-            await asyncio.gather(*(self._guard(r, r.commit(self._consumer)) for r in runners))
-            self.sensor.on_commit(time.monotonic() - started)
-        for runner in list(self.runners.values()):
-            if runner.phase is Phase.LIVE and not runner.has_uncommitted and (
-                runner.checkpoint_due()
+        if not runners:
+            return
+        started = time.monotonic()
+        await asyncio.gather(*(self._guard(r, r.commit(self._consumer)) for r in runners))
+        self.sensor.on_commit(time.monotonic() - started)
+        for runner in runners:
+            if (
+                self.runners.get(runner.tp) is runner
+                and runner.phase is Phase.LIVE
+                and not runner.has_uncommitted
+                and runner.checkpoint_due()
             ):
                 await runner.checkpoint()
 
@@ -365,11 +378,19 @@ class Worker:
             last_alive_s=self._last_alive_before_start,
         )
         try:
-            await runner.recover(self._consumer)
+            await runner.recover(self._consumer, self._fetch_committed)
         except BaseException:
             await runner.close()
             raise
         self.runners[tp] = runner
+
+    async def _fetch_committed(self, tp: TopicPartition) -> tuple[int | None, str]:
+        """The group's committed offset of ``tp`` and the metadata committed with it."""
+        found = await self._admin.list_consumer_group_offsets(self.group_id, partitions=[tp])
+        committed = found.get(tp)
+        if committed is None or committed.offset < 0:
+            return None, ""
+        return int(committed.offset), str(committed.metadata or "")
 
     # -- shutdown ---------------------------------------------------------------
 
@@ -387,7 +408,8 @@ class Worker:
         except TimeoutError:
             log.error("shutdown did not finish within %.0f s", timeout)
             clean = False
-        for closer in (self._consumer, self._shared_producer, self._replica, self._local):
+        for closer in (self._consumer, self._shared_producer, self._admin, self._replica,
+                       self._local):
             if closer is None:
                 continue
             try:
