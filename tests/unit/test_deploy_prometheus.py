@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
@@ -26,18 +23,6 @@ ALERTS = {
     "StreamrematDeadLettersRising",
     "StreamrematLagGrowing",
 }
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(
-                "promtool is missing: apt-get install -y --no-install-recommends prometheus"
-            )
-        pytest.skip("promtool is not installed (apt-get install prometheus)")
-    return path
 
 
 def run_promtool(promtool: str, *args: str) -> None:

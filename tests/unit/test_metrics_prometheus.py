@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
 import time
@@ -238,18 +236,6 @@ def test_private_registry_has_process_metrics_and_is_served() -> None:
 def test_two_sensors_do_not_share_a_registry() -> None:
     PrometheusSensor("a").on_records_in("counts", 0, 1)
     PrometheusSensor("b").on_records_in("counts", 0, 1)  # no "Duplicated timeseries"
-
-
-@pytest.fixture
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(
-                "promtool is missing: apt-get install -y --no-install-recommends prometheus"
-            )
-        pytest.skip("promtool is not installed (apt-get install prometheus)")
-    return path
 
 
 def test_exposition_passes_promtool_check_metrics(
