@@ -170,11 +170,13 @@ async def test_corrupt_newest_local_checkpoint_falls_back_to_previous(
     there is no replica: restore falls back to the previous one and replays."""
     env = fault_env
     feeder = Feeder(env.bootstrap, env.source, env.partitions, seed=4)
-    w = env.worker("a", "--no-replica")
+    # One checkpoint soon after going live, then none for 30 s: the clean one at the
+    # stop is the newest, and the fallback below it is seconds of records older.
+    w = env.worker("a", "--no-replica", checkpoint_interval=30.0)
     w.start()
     await w.wait_live(env.partitions)
     feeding = asyncio.create_task(feeder.produce(60_000, 2_000, 0.4))
-    await asyncio.sleep(4.0)  # a few checkpoints per partition
+    await asyncio.sleep(4.0)
     code, _ = await w.stop()
     assert code == 0, env.dump_logs()
     damaged = {0, 1}
