@@ -199,6 +199,14 @@ class PartitionRunner:
             if task is None:
                 task = Task(op, tp.partition)
                 task.next_offset = log_start
+                if committed is not None and committed > log_start:
+                    # Outputs were committed before, yet no checkpoint is usable: the
+                    # state is rebuilt from what retention still has. Never silently.
+                    log.warning(
+                        "%s: no valid checkpoint; rebuilding from the earliest retained "
+                        "offset %d (committed offset %d)", task_id, log_start, committed,
+                    )
+                    self.sensor.on_checkpoint_fallback(op.name, tp.partition, "earliest")
             self.tasks.append(task)
             self.checkpointer.add_task(task_id, new_owner_seq(choice.next_seq))
         start = min(t.next_offset or 0 for t in self.tasks)
