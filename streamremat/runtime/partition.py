@@ -398,26 +398,22 @@ class PartitionRunner:
         ``prove_ownership`` commits a transaction even with nothing new (during a
         replay: the committed offset again), so a fenced worker finds out here.
         """
-        if not self.has_uncommitted:
-            if not (prove_ownership and self.settings.guarantee == "exactly_once"):
-                return False
-            if self.phase not in (Phase.LIVE, Phase.REPLAYING) or self.committed is None:
-                return False
-            await self.producer.begin_transaction()
-            self._in_txn = True
-            offset = self.position if self.phase is Phase.LIVE else self.committed
-            metadata = (self._commit_metadata() if self.phase is Phase.LIVE
-                        else self._committed_metadata)
-            await self.producer.send_offsets_to_transaction({self.tp: (offset, metadata)},
-                                                            self.group_id)
-            await self.producer.commit_transaction()
-            self._in_txn = False
-            return True
-        await self.flush()
-        offsets = {self.tp: (self.position, self._commit_metadata())}
-        # Every output must be acknowledged before the commit: aiokafka may end a
-        # transaction while a batch waits to be retried, and that batch would be lost.
-        await asyncio.gather(*self._futures)
+        if self.has_uncommitted:
+            await self.flush()
+            # Every output must be acknowledged before the commit: aiokafka may end a
+            # transaction while a batch waits to be retried, and that batch would be lost.
+            await asyncio.gather(*self._futures)
+            offset, metadata = self.position, self._commit_metadata()
+        elif (
+            prove_ownership
+            and self.settings.guarantee == "exactly_once"
+            and self.phase in (Phase.LIVE, Phase.REPLAYING)
+            and self.committed is not None
+        ):
+            offset, metadata = self.committed, self._committed_metadata  # nothing new
+        else:
+            return False
+        offsets = {self.tp: (offset, metadata)}
         if self.settings.guarantee == "exactly_once":
             if not self._in_txn:
                 await self.producer.begin_transaction()
@@ -428,7 +424,7 @@ class PartitionRunner:
         else:
             await consumer.commit(offsets)
         self._futures.clear()
-        self.committed = self.position
+        self.committed, self._committed_metadata = offset, metadata
         return True
 
     def _commit_metadata(self) -> str:
