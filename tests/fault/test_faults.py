@@ -78,7 +78,7 @@ async def test_kill9_ten_times_gives_the_failure_free_output(fault_env: FaultEnv
     total, kills = 200_000, 10
     rng = random.Random(20261130)
     feeder = Feeder(env.bootstrap, env.source, env.partitions, seed=1)
-    w = env.worker("a")
+    w = env.worker("a", checkpoint_interval=3.0)  # most kills land between checkpoints
     w.start()
     await w.wait_live(env.partitions)
     feeding = asyncio.create_task(feeder.produce(total, 2_500, 0.8))
