@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
 import random
 import signal
 import sys
@@ -47,7 +46,16 @@ from typing import Any, Final
 import orjson
 from aiokafka import AIOKafkaProducer
 
-from streamremat.runtime.kafka import KafkaAdminError, TopicSpec, create_topics, topic_partitions
+from streamremat.core.exceptions import ConfigError
+from streamremat.runtime.client import KafkaClientConfig
+from streamremat.runtime.commands import add_kafka_client_arguments, client_config_from_args
+from streamremat.runtime.kafka import (
+    KafkaAdminError,
+    Target,
+    TopicSpec,
+    create_topics,
+    topic_partitions,
+)
 from streamremat.runtime.outputs import BatchSender, OutRecord
 
 __all__ = [
@@ -99,7 +107,9 @@ class LoadgenError(RuntimeError):
 
 @dataclass(frozen=True)
 class LoadgenConfig:
-    bootstrap: str
+    """``bootstrap``: a plaintext bootstrap string, or the client config (security)."""
+
+    bootstrap: Target
     topic: str
     kind: str = "clicks"
     rate: float = 1000.0  # events/s; 0 = as fast as the producer goes
@@ -268,7 +278,7 @@ def backfill_records(gen: RecordGenerator, n: int, now_ms: int, span_ms: int) ->
     return [gen.next(now_ms - span_ms + int(i * step)) for i in range(n)]
 
 
-async def ensure_topic(bootstrap: str, topic: str, partitions: int | None) -> int:
+async def ensure_topic(bootstrap: Target, topic: str, partitions: int | None) -> int:
     """The topic's partition count; created with ``partitions`` when missing and asked to."""
     if partitions is not None:
         await create_topics(bootstrap, [TopicSpec(topic, partitions=partitions)])
@@ -276,7 +286,8 @@ async def ensure_topic(bootstrap: str, topic: str, partitions: int | None) -> in
         parts = await topic_partitions(bootstrap, topic)
     except KafkaAdminError as exc:
         raise LoadgenError(
-            f"topic {topic!r} does not exist on {bootstrap} ({exc}); pass --partitions N to "
+            f"topic {topic!r} does not exist on "
+            f"{KafkaClientConfig.of(bootstrap).bootstrap_servers} ({exc}); pass --partitions N to "
             "create it"
         ) from exc
     return len(parts)
@@ -295,8 +306,10 @@ async def run_loadgen(config: LoadgenConfig, stop: asyncio.Event | None = None) 
         late_ratio=config.late_ratio, late_by_ms=int(config.late_by_s * 1000), seed=config.seed,
     )
     producer = AIOKafkaProducer(
-        bootstrap_servers=config.bootstrap, acks="all", enable_idempotence=True,
-        linger_ms=5, max_batch_size=256 * 1024,
+        acks="all", enable_idempotence=True,
+        **KafkaClientConfig.of(config.bootstrap).producer_kwargs(
+            linger_ms=5, max_batch_size=256 * 1024
+        ),
     )
     await producer.start()
     sender = BatchSender(producer)
@@ -387,8 +400,10 @@ def add_loadgen_commands(subparsers: argparse._SubParsersAction[argparse.Argumen
         description="Produce clicks or orders at a target rate with current timestamps; "
                     "optionally malformed records (dead-letter demo) and late ones.",
     )
-    p.add_argument("--bootstrap", default=os.environ.get("STREAMREMAT_BOOTSTRAP", "127.0.0.1:9092"),
-                   help="Kafka bootstrap servers (env STREAMREMAT_BOOTSTRAP)")
+    p.add_argument("--bootstrap", default=None,
+                   help="Kafka bootstrap servers (env STREAMREMAT_BOOTSTRAP; default: the "
+                        "--kafka-config file's, else 127.0.0.1:9092)")
+    add_kafka_client_arguments(p)
     p.add_argument("--kind", choices=KINDS, default="clicks",
                    help="value shape: clicks (operators/clicks.py), sessions (same shape, "
                         "bursty users; operators/sessions.py), orders (operators/top_products.py)")
@@ -420,7 +435,7 @@ def _run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level, "text")
     try:
         config = LoadgenConfig(
-            bootstrap=args.bootstrap,
+            bootstrap=client_config_from_args(args, "127.0.0.1:9092"),
             topic=args.topic or DEFAULT_TOPICS[args.kind],
             kind=args.kind,
             rate=args.rate,
@@ -433,7 +448,7 @@ def _run(args: argparse.Namespace) -> int:
             backfill_s=args.backfill,
             seed=args.seed,
         )
-    except ValueError as exc:
+    except (ValueError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return asyncio.run(_main(config))

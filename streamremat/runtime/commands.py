@@ -12,6 +12,8 @@ from typing import Any
 from streamremat.core.exceptions import ConfigError
 from streamremat.core.operator import App, Operator
 from streamremat.logging import setup_logging
+from streamremat.runtime.client import KafkaClientConfig
+from streamremat.runtime.kafka import Replication
 from streamremat.runtime.settings import CheckpointSettings, GapPolicy, Guarantee, WorkerSettings
 
 
@@ -41,11 +43,60 @@ def _env(name: str, default: Any = None) -> Any:
     return os.environ.get(f"STREAMREMAT_{name}", default)
 
 
+def add_kafka_client_arguments(p: argparse.ArgumentParser) -> None:
+    """Connection and security flags of every command that talks to Kafka.
+
+    Defaults are resolved later (``client_config_from_args``), never shown in
+    ``--help``: flags, then ``STREAMREMAT_<NAME>``, then ``--kafka-config``."""
+    g = p.add_argument_group(
+        "Kafka connection and security",
+        "each flag also reads STREAMREMAT_<FLAG> (e.g. STREAMREMAT_SASL_PASSWORD); "
+        "anything else aiokafka takes goes in --kafka-config",
+    )
+    g.add_argument("--kafka-config", metavar="FILE", default=None,
+                   help="Java properties or .toml file of client settings (security.protocol, "
+                        "sasl.mechanism, sasl.username, sasl.password, ssl.cafile, ..., and any "
+                        "aiokafka option; [consumer]/[producer]/[admin] tables or consumer.* keys "
+                        "for one kind of client); env STREAMREMAT_KAFKA_CONFIG")
+    g.add_argument("--security-protocol", default=None,
+                   choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"))
+    g.add_argument("--sasl-mechanism", default=None,
+                   choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
+    g.add_argument("--sasl-username", default=None)
+    g.add_argument("--sasl-password", default=None,
+                   help="prefer STREAMREMAT_SASL_PASSWORD or the config file: "
+                        "a flag shows in the process list")
+    g.add_argument("--ssl-cafile", default=None,
+                   help="CA certificate(s) that signed the brokers' certificates "
+                        "(default: the system's)")
+    g.add_argument("--ssl-certfile", default=None, help="client certificate (mutual TLS)")
+    g.add_argument("--ssl-keyfile", default=None, help="client certificate's private key")
+
+
+def client_config_from_args(args: argparse.Namespace, default_bootstrap: str) -> KafkaClientConfig:
+    flags = {
+        "bootstrap_servers": getattr(args, "bootstrap", None),
+        **{name: getattr(args, name, None) for name in (
+            "security_protocol", "sasl_mechanism", "sasl_username", "sasl_password",
+            "ssl_cafile", "ssl_certfile", "ssl_keyfile",
+        )},
+    }  # fmt: skip
+    # STREAMREMAT_BOOTSTRAP is the historic name of STREAMREMAT_BOOTSTRAP_SERVERS.
+    if flags["bootstrap_servers"] is None and _env("BOOTSTRAP"):
+        flags["bootstrap_servers"] = _env("BOOTSTRAP")
+    return KafkaClientConfig.resolve(
+        flags, config_file=getattr(args, "kafka_config", None),
+        default_bootstrap=default_bootstrap,
+    )
+
+
 def add_worker_arguments(p: argparse.ArgumentParser) -> None:
     """Flags shared by ``worker`` and ``tune``; each defaults to STREAMREMAT_<NAME>."""
     p.add_argument("app", metavar="MODULE:APP", help="the App (or Operator) to run")
-    p.add_argument("--bootstrap", default=_env("BOOTSTRAP"),
-                   help="Kafka bootstrap servers (env STREAMREMAT_BOOTSTRAP; default: the App's)")
+    p.add_argument("--bootstrap", default=None,
+                   help="Kafka bootstrap servers (env STREAMREMAT_BOOTSTRAP; default: the "
+                        "--kafka-config file's, else the App's)")
+    add_kafka_client_arguments(p)
     p.add_argument("--group-id", default=_env("GROUP_ID"),
                    help="consumer group (default streamremat-<app>)")
     p.add_argument("--state-dir", default=_env("STATE_DIR", ".streamremat/state"),
@@ -86,6 +137,11 @@ def add_worker_commands(subparsers: argparse._SubParsersAction[argparse.Argument
     p.add_argument("--max-batch", type=int, default=int(_env("MAX_BATCH", 5000)))
     p.add_argument("--session-timeout-ms", type=int,
                    default=int(_env("SESSION_TIMEOUT_MS", 10_000)))
+    p.add_argument("--replication-factor", type=int, default=_env("REPLICATION_FACTOR"),
+                   help="of the topics the worker creates (sinks, dead letters, late, "
+                        "checkpoints); default min(3, brokers)")
+    p.add_argument("--min-insync-replicas", type=int, default=_env("MIN_INSYNC_REPLICAS"),
+                   help="of the topics the worker creates; default min(2, replication factor)")
     p.add_argument("--log-format", choices=("text", "json"), default=_env("LOG_FORMAT", "text"))
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
     p.set_defaults(handler=_run_worker)
@@ -141,8 +197,16 @@ def settings_from_args(args: argparse.Namespace, app: App) -> WorkerSettings:
     if hasattr(args, "guarantee"):
         extra["guarantee"] = Guarantee(args.guarantee)
         extra["on_retention_gap"] = GapPolicy(args.on_retention_gap)
+    if hasattr(args, "replication_factor"):
+        try:
+            extra["replication"] = Replication(
+                int(args.replication_factor) if args.replication_factor else None,
+                int(args.min_insync_replicas) if args.min_insync_replicas else None,
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
     return WorkerSettings(
-        bootstrap_servers=args.bootstrap or app.kafka.bootstrap_servers,
+        kafka=client_config_from_args(args, app.kafka.bootstrap_servers),
         group_id=args.group_id,
         state_dir=args.state_dir,
         checkpoints=checkpoints,

@@ -28,3 +28,8 @@ class RetentionGapError(WorkerError):
 
 class FencedError(WorkerError):
     """Another worker took over this partition; this one must drop it without committing."""
+
+
+class KafkaAccessError(WorkerError):
+    """The cluster refused this client: TLS, SASL or an ACL. Retrying cannot help; the
+    message names the setting or the grant that fixes it."""

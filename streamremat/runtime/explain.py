@@ -39,7 +39,7 @@ async def explain_app(app: App, settings: WorkerSettings) -> list[TaskExplanatio
     replica: CheckpointStore | None = None
     local: CheckpointStore | None = None
     try:
-        replica = await KafkaCheckpointStore.open(settings.bootstrap_servers, app.checkpoint_topic)
+        replica = await KafkaCheckpointStore.open(settings.client, app.checkpoint_topic)
     except Exception:
         replica = None
     path = os.path.join(settings.state_dir, f"{app.name}.rocksdb")
@@ -59,7 +59,7 @@ async def explain_app(app: App, settings: WorkerSettings) -> list[TaskExplanatio
     out: list[TaskExplanation] = []
     try:
         for op in app.operators.values():
-            for p in await topic_partitions(settings.bootstrap_servers, op.source):
+            for p in await topic_partitions(settings.client, op.source):
                 task = TaskId(op.name, op.source, p)
                 choice = await newest_restore_point(
                     task, primary, replica if primary is not replica else None

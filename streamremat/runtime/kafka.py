@@ -2,11 +2,19 @@
 
 Used by tests, the worker and benchmarks. Every helper opens and closes its own
 client, so each call is self-contained; hot paths should hold their own clients.
+Each takes a bootstrap string (plaintext) or a ``KafkaClientConfig`` (security
+and options), so the same helpers work on a secured cluster.
+
+Topics are created only through ``create_topics``: it resolves each topic's
+replication factor (``Replication``: ``min(3, brokers)`` and
+``min.insync.replicas = min(2, RF)`` unless configured) and warns about an
+existing topic replicated less than asked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -17,26 +25,74 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
+from streamremat.runtime.client import KafkaClientConfig
+
 IsolationLevel = Literal["read_committed", "read_uncommitted"]
+#: Where a helper connects: a plaintext bootstrap string, or the full client config.
+Target = str | KafkaClientConfig
 Headers = Sequence[tuple[str, bytes]]
 
 # Kafka protocol error codes we tolerate in idempotent admin calls.
 _NO_ERROR = 0
 _UNKNOWN_TOPIC = 3
 _TOPIC_EXISTS = 36
+_INVALID_REPLICATION_FACTOR = 38
+_RF_HINT = "; lower --replication-factor to at most the number of brokers"
 _PRODUCE_WINDOW = 20_000  # sends in flight before we wait for acks
 
 
 class KafkaAdminError(RuntimeError):
-    """The broker rejected an admin request."""
+    """The broker rejected an admin request; ``code`` is Kafka's error code, if any."""
+
+    NOT_AUTHORIZED = 29  # TOPIC_AUTHORIZATION_FAILED
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        if code == self.NOT_AUTHORIZED:
+            message += " (not authorized: an ACL is missing for this user)"
+        super().__init__(message)
+        self.code = code
+
+
+log = logging.getLogger("streamremat.kafka")
 
 
 @dataclass(frozen=True)
 class TopicSpec:
+    """A topic to create. ``replication_factor`` ``None``: ``create_topics``'s
+    ``Replication`` decides (``min(3, brokers)`` by default)."""
+
     name: str
     partitions: int = 1
     config: Mapping[str, str] = field(default_factory=dict)
-    replication_factor: int = 1
+    replication_factor: int | None = None
+
+
+@dataclass(frozen=True)
+class Replication:
+    """How topics the worker creates are replicated.
+
+    ``factor`` ``None``: ``min(3, brokers)``; ``min_insync`` ``None``:
+    ``min(2, factor)``, so one broker may be down while ``acks=all`` writes go on.
+    """
+
+    factor: int | None = None
+    min_insync: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.factor is not None and self.factor < 1:
+            raise ValueError(f"--replication-factor must be >= 1, got {self.factor}")
+        if self.min_insync is not None and self.min_insync < 1:
+            raise ValueError(f"--min-insync-replicas must be >= 1, got {self.min_insync}")
+        if self.factor and self.min_insync and self.min_insync > self.factor:
+            raise ValueError(
+                f"--min-insync-replicas {self.min_insync} is above --replication-factor "
+                f"{self.factor}: no write could ever succeed"
+            )
+
+    def resolve(self, brokers: int, asked: int | None = None) -> tuple[int, int]:
+        """(replication factor, min.insync.replicas) on a cluster of ``brokers``."""
+        factor = asked or self.factor or max(1, min(3, brokers))
+        return factor, min(self.min_insync or 2, factor)
 
 
 class ProducerRecord(NamedTuple):
@@ -63,8 +119,10 @@ class ConsumedRecord(NamedTuple):
 
 
 @asynccontextmanager
-async def admin_client(bootstrap: str) -> AsyncIterator[Any]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
+async def admin_client(bootstrap: Target) -> AsyncIterator[Any]:
+    admin = AIOKafkaAdminClient(
+        **KafkaClientConfig.of(bootstrap).admin_kwargs(request_timeout_ms=30_000)
+    )
     await admin.start()
     try:
         yield admin
@@ -72,7 +130,7 @@ async def admin_client(bootstrap: str) -> AsyncIterator[Any]:
         await admin.close()
 
 
-async def cluster_ready(bootstrap: str, timeout_s: float = 5.0) -> bool:
+async def cluster_ready(bootstrap: Target, timeout_s: float = 5.0) -> bool:
     """True if the broker answers a metadata request with at least one broker."""
     try:
         async with asyncio.timeout(timeout_s), admin_client(bootstrap) as admin:
@@ -83,32 +141,75 @@ async def cluster_ready(bootstrap: str, timeout_s: float = 5.0) -> bool:
 
 
 async def create_topics(
-    bootstrap: str, specs: Sequence[TopicSpec], *, wait_s: float = 30.0
+    bootstrap: Target,
+    specs: Sequence[TopicSpec],
+    *,
+    wait_s: float = 30.0,
+    replication: Replication | None = None,
 ) -> list[str]:
     """Create topics that don't exist yet; return the names created now.
 
-    Waits until every requested topic has a leader for each partition, so
-    producing right after this returns works.
+    1. Count the brokers; each spec's replication factor is its own, else
+       ``replication``'s (default ``min(3, brokers)``), and ``min.insync.replicas``
+       ``min(2, RF)`` unless the spec's config sets it.
+    2. Create those not listed yet (so a user without CREATE runs on topics made
+       for it); one that appeared meanwhile is fine, any other error raises.
+    3. For the topics that existed, log a warning naming each one replicated
+       less than asked (its data would not survive the loss of a broker).
+    4. Wait until every requested topic has a leader for each partition, so
+       producing right after this returns works.
     """
     if not specs:
         return []
-    new = [
-        NewTopic(s.name, s.partitions, s.replication_factor, topic_configs=dict(s.config))
-        for s in specs
-    ]
+    policy = replication or Replication()
     async with admin_client(bootstrap) as admin:
-        response = await admin.create_topics(new)
-        created = []
-        for name, code, message in _topic_errors(response):
+        brokers = len((await admin.describe_cluster()).get("brokers") or ()) or 1
+        asked: dict[str, int] = {}
+        new = []
+        for s in specs:
+            factor, min_insync = policy.resolve(brokers, s.replication_factor)
+            asked[s.name] = factor
+            config = {"min.insync.replicas": str(min_insync), **s.config}
+            new.append(NewTopic(s.name, s.partitions, factor, topic_configs=config))
+        listed = set(await admin.list_topics())
+        existing = [t.name for t in new if t.name in listed]
+        new = [t for t in new if t.name not in listed]
+        response = await admin.create_topics(new) if new else None
+        created: list[str] = []
+        for name, code, message in _topic_errors(response) if response else ():
             if code == _NO_ERROR:
                 created.append(name)
-            elif code != _TOPIC_EXISTS:
-                raise KafkaAdminError(f"create topic {name!r} failed: error {code} {message}")
+            elif code == _TOPIC_EXISTS:
+                existing.append(name)
+            else:
+                raise KafkaAdminError(
+                    f"create topic {name!r} (replication factor {asked.get(name)}, "
+                    f"{brokers} brokers) failed: error {code} {message}"
+                    + (_RF_HINT if code == _INVALID_REPLICATION_FACTOR else ""),
+                    code,
+                )
+        await _warn_underreplicated(admin, {n: asked[n] for n in existing if n in asked})
         await _wait_for_leaders(admin, {s.name: s.partitions for s in specs}, wait_s)
     return created
 
 
-async def delete_topics(bootstrap: str, names: Sequence[str]) -> None:
+async def _warn_underreplicated(admin: Any, asked: Mapping[str, int]) -> None:
+    if not asked:
+        return
+    for item in await admin.describe_topics(list(asked)):
+        if item["error_code"] != _NO_ERROR or not item["partitions"]:
+            continue
+        factor = min(len(p["replicas"]) for p in item["partitions"])
+        if factor < asked[item["topic"]]:
+            log.warning(
+                "topic %r exists with replication factor %d, below the %d asked "
+                "(--replication-factor): losing a broker can lose its records; raise it "
+                "with kafka-reassign-partitions",
+                item["topic"], factor, asked[item["topic"]],
+            )
+
+
+async def delete_topics(bootstrap: Target, names: Sequence[str]) -> None:
     """Delete topics; topics that don't exist are ignored."""
     if not names:
         return
@@ -116,28 +217,29 @@ async def delete_topics(bootstrap: str, names: Sequence[str]) -> None:
         response = await admin.delete_topics(list(names))
         for name, code, message in _topic_errors(response):
             if code not in (_NO_ERROR, _UNKNOWN_TOPIC):
-                raise KafkaAdminError(f"delete topic {name!r} failed: error {code} {message}")
+                raise KafkaAdminError(f"delete topic {name!r} failed: error {code} {message}", code)
 
 
-async def list_topics(bootstrap: str) -> list[str]:
+async def list_topics(bootstrap: Target) -> list[str]:
     async with admin_client(bootstrap) as admin:
         names: list[str] = await admin.list_topics()
         return sorted(names)
 
 
-async def topic_partitions(bootstrap: str, topic: str) -> list[int]:
+async def topic_partitions(bootstrap: Target, topic: str) -> list[int]:
     """Sorted partition ids of ``topic``; KafkaAdminError if it doesn't exist."""
     async with admin_client(bootstrap) as admin:
         described = await admin.describe_topics([topic])
     for item in described:
         if item["topic"] == topic:
             if item["error_code"] != _NO_ERROR:
-                raise KafkaAdminError(f"topic {topic!r}: error {item['error_code']}")
+                raise KafkaAdminError(f"topic {topic!r}: error {item['error_code']}",
+                                      item["error_code"])
             return sorted(p["partition"] for p in item["partitions"])
     raise KafkaAdminError(f"topic {topic!r} not found")
 
 
-async def topic_config(bootstrap: str, topic: str) -> dict[str, str]:
+async def topic_config(bootstrap: Target, topic: str) -> dict[str, str]:
     """The broker-side effective config of ``topic`` (e.g. ``retention.ms``)."""
     async with admin_client(bootstrap) as admin:
         responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
@@ -149,7 +251,8 @@ async def topic_config(bootstrap: str, topic: str) -> dict[str, str]:
             if resource["error_code"] != _NO_ERROR:
                 raise KafkaAdminError(
                     f"describe config of {topic!r}: error {resource['error_code']} "
-                    f"{resource['error_message']}"
+                    f"{resource['error_message']}",
+                    resource["error_code"],
                 )
             for entry in resource["config_entries"]:
                 if entry["config_value"] is not None:
@@ -158,7 +261,7 @@ async def topic_config(bootstrap: str, topic: str) -> dict[str, str]:
 
 
 async def end_offsets(
-    bootstrap: str, topic: str, isolation_level: IsolationLevel = "read_uncommitted"
+    bootstrap: Target, topic: str, isolation_level: IsolationLevel = "read_uncommitted"
 ) -> dict[int, int]:
     """Per partition, the offset the next record will get (the LSO under read_committed)."""
     async with _consumer(bootstrap, isolation_level) as consumer:
@@ -167,7 +270,7 @@ async def end_offsets(
     return {tp.partition: off for tp, off in offsets.items()}
 
 
-async def beginning_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+async def beginning_offsets(bootstrap: Target, topic: str) -> dict[int, int]:
     """Per partition, the earliest retained offset."""
     async with _consumer(bootstrap, "read_uncommitted") as consumer:
         tps = _tps(topic, await topic_partitions(bootstrap, topic))
@@ -176,7 +279,7 @@ async def beginning_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 
 
 async def produce(
-    bootstrap: str,
+    bootstrap: Target,
     topic: str,
     records: Iterable[RecordTuple],
     *,
@@ -188,12 +291,11 @@ async def produce(
     Sends are batched by the producer and awaited in windows, never one by one.
     """
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
         acks="all",
         enable_idempotence=True,
-        linger_ms=linger_ms,
-        max_batch_size=256 * 1024,
-        compression_type=compression_type,
+        **KafkaClientConfig.of(bootstrap).producer_kwargs(
+            linger_ms=linger_ms, max_batch_size=256 * 1024, compression_type=compression_type
+        ),
     )
     await producer.start()
     count = 0
@@ -221,7 +323,7 @@ async def produce(
 
 
 async def consume_all(
-    bootstrap: str,
+    bootstrap: Target,
     topic: str,
     *,
     isolation_level: IsolationLevel = "read_committed",
@@ -256,14 +358,15 @@ async def consume_all(
 
 
 @asynccontextmanager
-async def _consumer(bootstrap: str, isolation_level: IsolationLevel) -> AsyncIterator[Any]:
+async def _consumer(bootstrap: Target, isolation_level: IsolationLevel) -> AsyncIterator[Any]:
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         isolation_level=isolation_level,
-        max_partition_fetch_bytes=4 * 1024 * 1024,
+        **KafkaClientConfig.of(bootstrap).consumer_kwargs(
+            max_partition_fetch_bytes=4 * 1024 * 1024
+        ),
     )
     await consumer.start()
     try:
@@ -323,6 +426,8 @@ __all__ = [
     "KafkaAdminError",
     "ProducerRecord",
     "RecordTuple",
+    "Replication",
+    "Target",
     "TopicSpec",
     "admin_client",
     "beginning_offsets",

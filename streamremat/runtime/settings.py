@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from streamremat.core.exceptions import ConfigError
+from streamremat.runtime.client import KafkaClientConfig
+from streamremat.runtime.kafka import Replication
 
 
 class Guarantee(StrEnum):
@@ -58,6 +60,9 @@ class CheckpointSettings:
 
 @dataclass(frozen=True)
 class WorkerSettings:
+    """Everything a worker runs with. ``client`` is the one place its Kafka clients
+    take their connection, security and pass-through options from."""
+
     bootstrap_servers: str = "127.0.0.1:9092"
     group_id: str | None = None
     state_dir: str = ".streamremat/state"
@@ -72,9 +77,22 @@ class WorkerSettings:
     replay_log_interval_s: float = 2.0
     worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     checkpoints: CheckpointSettings = field(default_factory=CheckpointSettings)
+    #: how every client connects; ``None``: plaintext to ``bootstrap_servers``. When
+    #: given, its ``bootstrap_servers`` wins.
+    kafka: KafkaClientConfig | None = None
+    replication: Replication = field(default_factory=Replication)
 
     def __post_init__(self) -> None:
+        if self.kafka is None:
+            object.__setattr__(self, "kafka", KafkaClientConfig(self.bootstrap_servers))
+        else:
+            object.__setattr__(self, "bootstrap_servers", self.kafka.bootstrap_servers)
         if self.commit_interval_s <= 0:
             raise ConfigError("--commit-interval must be > 0 seconds")
         if self.max_batch_records < 1:
             raise ConfigError("--max-batch must be >= 1")
+
+    @property
+    def client(self) -> KafkaClientConfig:
+        assert self.kafka is not None  # set in __post_init__
+        return self.kafka

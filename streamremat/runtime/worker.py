@@ -21,8 +21,15 @@ from aiokafka.errors import IllegalStateError, InvalidProducerEpoch, KafkaError,
 
 from streamremat.core.operator import App, Operator
 from streamremat.metrics.sensor import Sensor
-from streamremat.runtime.exceptions import WorkerError
-from streamremat.runtime.kafka import TopicSpec, create_topics, topic_config, topic_partitions
+from streamremat.runtime.access import AUTHORIZATION_ERRORS, access_denied, check_connection
+from streamremat.runtime.exceptions import KafkaAccessError, WorkerError
+from streamremat.runtime.kafka import (
+    KafkaAdminError,
+    TopicSpec,
+    create_topics,
+    topic_config,
+    topic_partitions,
+)
 from streamremat.runtime.partition import PartitionRunner, Phase
 from streamremat.runtime.scheduling import CheckpointScheduler
 from streamremat.runtime.settings import Guarantee, WorkerSettings
@@ -99,6 +106,11 @@ class Worker:
         except WorkerError as exc:
             log.error("%s", exc)
             self._fatal = exc
+        except AUTHORIZATION_ERRORS as exc:  # e.g. the group, raised by the consumer
+            self._fatal = KafkaAccessError(
+                access_denied(exc, self.settings.client, f"consuming as group {self.group_id!r}")
+            )
+            log.error("%s", self._fatal)
         finally:
             clean = await self._shutdown()
         if self._fatal is not None:
@@ -107,7 +119,8 @@ class Worker:
 
     async def _start(self) -> None:
         s = self.settings
-        bootstrap = s.bootstrap_servers
+        client = s.client
+        await check_connection(client)
         await self._ensure_topics()
         os.makedirs(s.state_dir, exist_ok=True)
         self._alive_path = os.path.join(s.state_dir, f"{self.app.name}.alive")
@@ -116,31 +129,32 @@ class Worker:
         self._local = RocksDBCheckpointStore(os.path.join(s.state_dir, f"{self.app.name}.rocksdb"))
         if s.checkpoints.replicate:
             replica = await KafkaCheckpointStore.open(
-                bootstrap, self.app.checkpoint_topic,
+                client, self.app.checkpoint_topic,
                 KafkaCheckpointConfig(partitions=self._checkpoint_partitions),
             )
             await replica.ensure_topic()
             self._replica = replica
         if s.guarantee is Guarantee.AT_LEAST_ONCE:
             self._shared_producer = AIOKafkaProducer(
-                bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
-                linger_ms=5, max_batch_size=256 * 1024,
+                acks="all", enable_idempotence=True,
+                **client.producer_kwargs(linger_ms=5, max_batch_size=256 * 1024),
             )
             await self._shared_producer.start()
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap,
             group_id=self.group_id,
-            client_id=f"streamremat-{s.worker_id}",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
-            session_timeout_ms=s.session_timeout_ms,
-            heartbeat_interval_ms=s.heartbeat_interval_ms,
-            max_poll_interval_ms=max(300_000, s.session_timeout_ms * 3),
-            fetch_max_bytes=16 * 1024 * 1024,
-            max_partition_fetch_bytes=4 * 1024 * 1024,
+            **client.consumer_kwargs(
+                client_id=f"streamremat-{s.worker_id}",
+                session_timeout_ms=s.session_timeout_ms,
+                heartbeat_interval_ms=s.heartbeat_interval_ms,
+                max_poll_interval_ms=max(300_000, s.session_timeout_ms * 3),
+                fetch_max_bytes=16 * 1024 * 1024,
+                max_partition_fetch_bytes=4 * 1024 * 1024,
+            ),
         )
-        self._admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        self._admin = AIOKafkaAdminClient(**client.admin_kwargs())
         await self._admin.start()
         self._consumer.subscribe(sorted(self._by_topic), listener=_Rebalance(self))
         await self._consumer.start()
@@ -151,20 +165,25 @@ class Worker:
         )
 
     async def _ensure_topics(self) -> None:
-        """Sinks, dead-letter and late topics get the source's partition count."""
-        bootstrap = self.settings.bootstrap_servers
+        """Sinks, dead-letter and late topics get the source's partition count; the
+        checkpoint topic the largest one. All go through ``create_topics``, which
+        replicates them as ``settings.replication`` says."""
+        client = self.settings.client
         specs: list[TopicSpec] = []
         max_parts = 1
         for topic, ops in self._by_topic.items():
+            where = client.bootstrap_servers
             try:
-                parts = len(await topic_partitions(bootstrap, topic))
-            except Exception as exc:
+                parts = len(await topic_partitions(client, topic))
+            except KafkaAdminError as exc:
                 raise WorkerError(
-                    f"source topic {topic!r} is not readable on {bootstrap}: {exc}; create it "
+                    f"source topic {topic!r} is not readable on {where}: {exc}; create it "
                     "first (the worker creates sinks, never sources)"
+                    + ("" if exc.code != KafkaAdminError.NOT_AUTHORIZED else
+                       f", or grant {client.sasl_username or 'this user'} DESCRIBE and READ on it")
                 ) from exc
             if parts == 0:
-                raise WorkerError(f"source topic {topic!r} does not exist on {bootstrap}")
+                raise WorkerError(f"source topic {topic!r} does not exist on {where}")
             max_parts = max(max_parts, parts)
             for op in ops:
                 specs.append(TopicSpec(op.sink, parts))
@@ -172,9 +191,12 @@ class Worker:
                 if op.late_topic:
                     specs.append(TopicSpec(op.late_topic, parts))
         self._checkpoint_partitions = max_parts
-        await create_topics(bootstrap, specs)
+        if self.settings.checkpoints.replicate:
+            specs.append(TopicSpec(self.app.checkpoint_topic, max_parts,
+                                   KafkaCheckpointConfig(partitions=max_parts).topic_config()))
+        await create_topics(client, specs, replication=self.settings.replication)
         for topic in self._by_topic:
-            self._retention_s[topic] = _retention_s(await topic_config(bootstrap, topic))
+            self._retention_s[topic] = _retention_s(await topic_config(client, topic))
 
 
     # -- the live loop ----------------------------------------------------------
@@ -271,6 +293,16 @@ class Worker:
         """
         try:
             await step
+        except AUTHORIZATION_ERRORS as exc:
+            # An ACL is missing: rebuilding and retrying would fail the same way forever.
+            self._fatal = KafkaAccessError(access_denied(
+                exc, self.settings.client,
+                f"writing the outputs and offsets of {runner.tp.topic}[{runner.tp.partition}]",
+            ))
+            log.error("%s; nothing of this transaction was committed", self._fatal)
+            self._stopping.set()
+            await runner.abort()
+            await self._drop(runner.tp)
         except _FENCED as exc:
             log.warning("%s[%d]: fenced by a newer owner (%s); dropping it uncommitted",
                         runner.tp.topic, runner.tp.partition, type(exc).__name__)
@@ -345,6 +377,10 @@ class Worker:
         results = await asyncio.gather(*(self._start_runner(tp) for tp in tps),
                                        return_exceptions=True)
         for tp, result in zip(tps, results, strict=True):
+            denied = access_denied(result, self.settings.client,
+                                   f"starting {tp.topic}[{tp.partition}]")
+            if denied is not None:
+                result = KafkaAccessError(denied)
             if isinstance(result, WorkerError):
                 log.error("%s", result)
                 self._fatal = result
@@ -361,10 +397,9 @@ class Worker:
             # One transactional id per source partition: whoever owns the partition
             # next fences this producer, whatever the group generation.
             producer = AIOKafkaProducer(
-                bootstrap_servers=s.bootstrap_servers,
                 transactional_id=f"{self.group_id}.{tp.topic}.{tp.partition}",
-                enable_idempotence=True, acks="all", linger_ms=5,
-                max_batch_size=256 * 1024,
+                enable_idempotence=True, acks="all",
+                **s.client.producer_kwargs(linger_ms=5, max_batch_size=256 * 1024),
             )
             await producer.start()  # init_transactions: fences the previous owner
         else:

@@ -26,7 +26,7 @@ import struct
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import xxhash
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -53,13 +53,46 @@ from streamremat.state.frame import (
     encode_frame,
 )
 
-__all__ = ["KafkaCheckpointConfig", "KafkaCheckpointStore", "corrupt_latest_replica"]
+__all__ = [
+    "KafkaCheckpointConfig",
+    "KafkaCheckpointStore",
+    "KafkaClients",
+    "corrupt_latest_replica",
+]
 
 log = logging.getLogger("streamremat.state")
 
 _CHUNK_MAGIC = b"SRCC"
 _CHUNK_VERSION = 1
 _CHUNK = struct.Struct(">4sBIIQQ")  # magic, version, index, count, frame_len, frame_xxh64
+
+
+class KafkaClients(Protocol):
+    """How to build clients (connection, security, options); the runtime's
+    ``KafkaClientConfig`` is one. A plain bootstrap string means plaintext."""
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+
+    def consumer_kwargs(self, **defaults: Any) -> dict[str, Any]: ...
+
+    def producer_kwargs(self, **defaults: Any) -> dict[str, Any]: ...
+
+    def admin_kwargs(self, **defaults: Any) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class _Plaintext:
+    bootstrap_servers: str
+
+    def consumer_kwargs(self, **defaults: Any) -> dict[str, Any]:
+        return {"bootstrap_servers": self.bootstrap_servers, **defaults}
+
+    producer_kwargs = admin_kwargs = consumer_kwargs
+
+
+def _clients(target: str | KafkaClients) -> KafkaClients:
+    return _Plaintext(target) if isinstance(target, str) else target
 
 
 @dataclass(frozen=True)
@@ -168,9 +201,10 @@ class KafkaCheckpointStore(CheckpointStore):
     name = "kafka"
 
     def __init__(
-        self, bootstrap: str, topic: str, config: KafkaCheckpointConfig | None = None
+        self, bootstrap: str | KafkaClients, topic: str, config: KafkaCheckpointConfig | None = None
     ) -> None:
-        self.bootstrap = bootstrap
+        self.clients = _clients(bootstrap)
+        self.bootstrap = self.clients.bootstrap_servers
         self.topic = topic
         self.config = config or KafkaCheckpointConfig()
         self._producer: Any = None
@@ -181,7 +215,7 @@ class KafkaCheckpointStore(CheckpointStore):
 
     @classmethod
     async def open(
-        cls, bootstrap: str, topic: str, config: KafkaCheckpointConfig | None = None
+        cls, bootstrap: str | KafkaClients, topic: str, config: KafkaCheckpointConfig | None = None
     ) -> KafkaCheckpointStore:
         """Start the clients; raise ``CheckpointStoreUnavailable`` when the broker
         cannot be reached."""
@@ -196,24 +230,26 @@ class KafkaCheckpointStore(CheckpointStore):
     async def _start(self) -> None:
         cfg = self.config
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap,
             acks="all",
             enable_idempotence=True,
-            linger_ms=0,
-            max_request_size=cfg.chunk_size_bytes + 64 * 1024,
-            request_timeout_ms=cfg.request_timeout_ms,
+            **self.clients.producer_kwargs(
+                linger_ms=0,
+                max_request_size=cfg.chunk_size_bytes + 64 * 1024,
+                request_timeout_ms=cfg.request_timeout_ms,
+            ),
         )
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
-            max_partition_fetch_bytes=4 * 1024 * 1024,
-            fetch_max_bytes=16 * 1024 * 1024,
-            # Every scan re-assigns this consumer; with the default 500 ms fetch wait the
-            # fetch in flight delays seek and end_offsets, ~1 s per scan even when empty.
-            fetch_max_wait_ms=20,
-            request_timeout_ms=cfg.request_timeout_ms,
+            **self.clients.consumer_kwargs(
+                max_partition_fetch_bytes=4 * 1024 * 1024,
+                fetch_max_bytes=16 * 1024 * 1024,
+                # Every scan re-assigns this consumer; with the default 500 ms fetch wait the
+                # fetch in flight delays seek and end_offsets, ~1 s per scan even when empty.
+                fetch_max_wait_ms=20,
+                request_timeout_ms=cfg.request_timeout_ms,
+            ),
         )
         try:
             await self._producer.start()
@@ -227,7 +263,7 @@ class KafkaCheckpointStore(CheckpointStore):
         """Create the compacted checkpoint topic if it does not exist; refuse an
         existing one whose partition count differs (tasks would move)."""
         admin = AIOKafkaAdminClient(
-            bootstrap_servers=self.bootstrap, request_timeout_ms=self.config.request_timeout_ms
+            **self.clients.admin_kwargs(request_timeout_ms=self.config.request_timeout_ms)
         )
         await admin.start()
         try:
