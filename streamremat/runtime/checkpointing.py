@@ -21,16 +21,26 @@ log = logging.getLogger("streamremat.worker")
 EPOCH_BITS = 32
 
 
-def new_owner_seq(next_seq: int) -> int:
-    """The first seq for a task's new owner: the start of the next epoch.
+def seq_epoch(seq: int) -> int:
+    """The owner epoch a checkpoint seq belongs to."""
+    return seq >> EPOCH_BITS
 
-    A former owner that writes late (a zombie, frozen then resumed) continues its
-    own epoch, so its frames never take the seqs (the keys in the compacted
-    replica) of the new owner's chain, and restore, which takes the newest
-    restorable chain, never mixes the two.
+
+def owner_epoch(visible_next_seq: int, committed_epoch: int | None) -> int:
+    """The seq epoch of a task's new owner: above every epoch it can rule out.
+
+    ``committed_epoch`` is the epoch in the group's committed offset metadata.
+    Every owner commits its epoch before it writes its first checkpoint, and an
+    owner that lost the partition can no longer commit (fenced producer, or old
+    group generation), so the committed epoch read after taking over is the
+    highest epoch any earlier owner may still write frames in, even frames that
+    are not visible yet (a frozen zombie's queued write) or not reachable (the
+    replica timed out at restore). ``visible_next_seq`` (one past the newest seq
+    found in the stores) covers chains written before epochs were committed.
     """
-    epoch = (next_seq + (1 << EPOCH_BITS) - 1) >> EPOCH_BITS
-    return epoch << EPOCH_BITS
+    visible = (visible_next_seq + (1 << EPOCH_BITS) - 1) >> EPOCH_BITS
+    committed = -1 if committed_epoch is None else committed_epoch
+    return max(visible, committed + 1)
 
 
 @dataclass

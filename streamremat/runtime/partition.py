@@ -21,14 +21,18 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from aiokafka import TopicPartition
 
 from streamremat.core.operator import Operator
 from streamremat.core.records import SourceRecord
 from streamremat.core.task import Task
 from streamremat.metrics.sensor import Sensor
-from streamremat.runtime.checkpointing import Checkpointer, new_owner_seq
+from streamremat.runtime.checkpointing import EPOCH_BITS, Checkpointer, owner_epoch
+from streamremat.runtime.commit_meta import (
+    CommitMeta,
+    decode_commit_metadata,
+    encode_commit_metadata,
+)
 from streamremat.runtime.exceptions import RetentionGapError
 from streamremat.runtime.outputs import BatchSender, OutRecord, to_records
 from streamremat.runtime.scheduling import CheckpointScheduler
@@ -41,25 +45,6 @@ log = logging.getLogger("streamremat.worker")
 
 #: Reads a partition's committed offset (None: never committed) and its metadata.
 FetchCommitted = Callable[[TopicPartition], Awaitable[tuple[int | None, str]]]
-
-
-def encode_commit_metadata(stream_times: dict[str, int]) -> str:
-    """Committed with each offset: every task's stream time at that offset, so a
-    replay up to it knows where it will end (``Task.process(horizon_ms=...)``).
-    Kept small: the broker caps offset metadata (offset.metadata.max.bytes, 4 KiB)."""
-    text = orjson.dumps({"v": 1, "st": stream_times}).decode()
-    return text if len(text) <= 3500 else ""
-
-
-def decode_commit_metadata(text: str | None) -> dict[str, int]:
-    """The stream times of ``encode_commit_metadata``; {} for anything else (no skipping)."""
-    try:
-        data = orjson.loads(text or "{}")
-        if data.get("v") != 1:
-            return {}
-        return {str(k): int(v) for k, v in data.get("st", {}).items()}
-    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
-        return {}
 
 
 class Phase(enum.Enum):
@@ -115,6 +100,10 @@ class PartitionRunner:
         self.retention_s = retention_s
         #: wall time this state dir's previous worker was last seen alive (after a crash)
         self.last_alive_s = last_alive_s
+        #: this owner's checkpoint seq epoch (see ``owner_epoch``), set by ``recover``
+        self.owner_epoch = 0
+        #: the epoch is in the committed metadata: from now on checkpoints may be written
+        self._epoch_committed = False
         self._restored_wall = 0.0
         self.sensor = sensor
         self.phase = Phase.RESTORING
@@ -139,18 +128,22 @@ class PartitionRunner:
         self._last_highwater: int | None = None
         #: per operator, the stream time at the committed offset: replay's horizon
         self._horizon: dict[str, int] = {}
-        self._committed_metadata = ""
+        #: per operator, the stream time committed with ``self.committed``
+        self._committed_stream_times: dict[str, int] = {}
 
     # -- recovery ---------------------------------------------------------------
 
     async def recover(self, consumer: Any, fetch_committed: FetchCommitted) -> RecoveryReport:
         """Restore this partition's tasks and position the consumer (DESIGN §6).
 
-        1. For every task, load the newest valid checkpoint from the local store
+        1. Read the group's committed offset ``k`` and its metadata (this runs after
+           the producer was initialised, so a zombie's transaction can't commit any
+           more).
+        2. For every task, load the newest valid checkpoint from the local store
            and the replica, whichever is further along; a task without one starts
-           empty at the partition's log start offset.
-        2. Read the group's committed offset ``k`` (this runs after the producer
-           was initialised, so a zombie's transaction can't commit any more).
+           empty at the partition's log start offset. This owner's seq epoch is
+           above the committed one and every seq seen (``owner_epoch``); it is
+           committed before the first checkpoint is written.
         3. ``c`` = the smallest task offset. A ``c`` below the log start offset is
            a retention gap: ``fail`` raises, ``reset`` skips the lost records.
            A checkpoint beyond ``k`` (its outputs never committed) is discarded.
@@ -161,8 +154,10 @@ class PartitionRunner:
         tp = self.tp
         log_start = (await consumer.beginning_offsets([tp]))[tp]
         committed, metadata = await fetch_committed(tp)
-        self._horizon = decode_commit_metadata(metadata)
-        self._committed_metadata = metadata
+        commit_meta = decode_commit_metadata(metadata)
+        self._horizon = self._committed_stream_times = commit_meta.stream_times
+        visible_next_seq = 0
+        task_ids: list[TaskId] = []
         sources: set[str] = set()
         notes: list[str] = []
         unclean = False
@@ -171,6 +166,8 @@ class PartitionRunner:
         for op in self.operators:
             task_id = TaskId(op.name, tp.topic, tp.partition)
             choice = await newest_restore_point(task_id, self.local, self.replica)
+            task_ids.append(task_id)
+            visible_next_seq = max(visible_next_seq, choice.next_seq)
             notes.extend(choice.notes)
             for _ in choice.notes:
                 self.sensor.on_checkpoint_fallback(op.name, tp.partition, "fallback")
@@ -208,7 +205,9 @@ class PartitionRunner:
                     )
                     self.sensor.on_checkpoint_fallback(op.name, tp.partition, "earliest")
             self.tasks.append(task)
-            self.checkpointer.add_task(task_id, new_owner_seq(choice.next_seq))
+        self.owner_epoch = owner_epoch(visible_next_seq, commit_meta.owner_epoch)
+        for task_id in task_ids:
+            self.checkpointer.add_task(task_id, self.owner_epoch << EPOCH_BITS)
         start = min(t.next_offset or 0 for t in self.tasks)
         if start < log_start:
             if self.settings.on_retention_gap is GapPolicy.FAIL:
@@ -395,22 +394,26 @@ class PartitionRunner:
 
         Exactly-once: the offset goes into the open transaction, which then commits.
         At-least-once: await every output, then commit the offset.
-        ``prove_ownership`` commits a transaction even with nothing new (during a
-        replay: the committed offset again), so a fenced worker finds out here.
+        ``prove_ownership`` commits even with nothing new (during a replay: the
+        committed offset again), so a fenced worker finds out here, and this owner's
+        seq epoch is committed before its first checkpoint.
         """
         if self.has_uncommitted:
             await self.flush()
             # Every output must be acknowledged before the commit: aiokafka may end a
             # transaction while a batch waits to be retried, and that batch would be lost.
             await asyncio.gather(*self._futures)
-            offset, metadata = self.position, self._commit_metadata()
+            stream_times = {t.operator.name: t.stream_time_ms for t in self.tasks
+                            if t.stream_time_ms is not None}
+            offset, metadata = self.position, self._commit_metadata(stream_times)
         elif (
             prove_ownership
-            and self.settings.guarantee == "exactly_once"
             and self.phase in (Phase.LIVE, Phase.REPLAYING)
             and self.committed is not None
         ):
-            offset, metadata = self.committed, self._committed_metadata  # nothing new
+            # Nothing new: the committed offset again, with this owner's epoch.
+            offset, stream_times = self.committed, self._committed_stream_times
+            metadata = self._commit_metadata(stream_times)
         else:
             return False
         offsets = {self.tp: (offset, metadata)}
@@ -424,12 +427,14 @@ class PartitionRunner:
         else:
             await consumer.commit(offsets)
         self._futures.clear()
-        self.committed, self._committed_metadata = offset, metadata
+        self.committed = offset
+        self._committed_stream_times = stream_times
+        self._epoch_committed = True
         return True
 
-    def _commit_metadata(self) -> str:
+    def _commit_metadata(self, stream_times: dict[str, int]) -> str:
         return encode_commit_metadata(
-            {t.operator.name: t.stream_time_ms for t in self.tasks if t.stream_time_ms is not None}
+            CommitMeta(stream_times, self.owner_epoch, int(time.time() * 1000))
         )
 
     async def abort(self) -> None:
@@ -478,6 +483,12 @@ class PartitionRunner:
         right after a commit when live (offset == committed), or during replay
         (offset <= committed). See ``Checkpointer.write`` for the protocol."""
         if self.phase not in (Phase.LIVE, Phase.REPLAYING):
+            return
+        if not self._epoch_committed:
+            # A frame written before this owner's epoch is committed could share the
+            # seq space of a successor that reads the older epoch (see owner_epoch).
+            log.warning("%s[%d]: no checkpoint before this owner's first commit",
+                        self.tp.topic, self.tp.partition)
             return
         if self.position == self._checkpointed_at and not clean:
             self._last_checkpoint_mono = time.monotonic()
