@@ -46,7 +46,7 @@ E2E_LATENCY_BUCKETS_S: Final[tuple[float, ...]] = (
 )
 
 # Which term of `clamp(min(T*, T_rto, T_retention), T_min, T_max)` set the interval.
-BOUNDS: Final[tuple[str, ...]] = ("optimum", "rto", "retention", "min", "max")
+BOUNDS: Final[tuple[str, ...]] = ("optimum", "rto", "retention", "min", "max", "fixed")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,28 +1,28 @@
 """``streamremat tune MODULE:APP``: why each task checkpoints as often as it does.
 
 Reads each task's newest checkpoint (the tuner's state travels inside it), from
-the compacted checkpoint topic and, when readable, the local state directory,
-and prints the tuner's estimates, its chosen interval, the bound that is active,
-and the recovery time it predicts if a failure happened now, beside the RTO.
+the local state directory and, unless ``--no-replica``, the compacted checkpoint
+topic, and prints the tuner's decision in the words of the worker's tuner log
+line (``streamremat.tuning.report.describe``), under the policy the flags give.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass
 
 from streamremat.core.operator import App
-from streamremat.runtime.kafka import topic_partitions
-from streamremat.runtime.scheduling import decode_meta, tuner_config
+from streamremat.runtime.kafka import end_offsets, retention_s, topic_config
+from streamremat.runtime.scheduling import CheckpointScheduler, decode_meta
 from streamremat.runtime.settings import WorkerSettings
 from streamremat.state.base import CheckpointStore
 from streamremat.state.frame import TaskId
 from streamremat.state.kafka import KafkaCheckpointStore
 from streamremat.state.restore import newest_restore_point
 from streamremat.state.rocksdb import RocksDBCheckpointStore
-from streamremat.tuning import Tuner, TunerDecision
+from streamremat.tuning import TunerDecision
+from streamremat.tuning.report import describe, seconds
 
 
 @dataclass(frozen=True)
@@ -32,48 +32,91 @@ class TaskExplanation:
     checkpoint_age_s: float | None
     source: str | None
     decision: TunerDecision | None
+    end_offset: int | None = None
 
 
-async def explain_app(app: App, settings: WorkerSettings) -> list[TaskExplanation]:
-    """The tuner's view of every task of ``app`` that has a checkpoint."""
-    replica: CheckpointStore | None = None
+async def _open_stores(
+    app: App, settings: WorkerSettings
+) -> tuple[CheckpointStore | None, CheckpointStore | None, str]:
     local: CheckpointStore | None = None
-    try:
-        replica = await KafkaCheckpointStore.open(settings.client, app.checkpoint_topic)
-    except Exception:
-        replica = None
+    replica: CheckpointStore | None = None
     path = os.path.join(settings.state_dir, f"{app.name}.rocksdb")
     if os.path.isdir(path):
         try:
             local = RocksDBCheckpointStore(path)
         except Exception:  # a running worker holds the DB lock: the replica will do
             local = None
+    if settings.checkpoints.replicate:
+        try:
+            replica = await KafkaCheckpointStore.open(settings.client, app.checkpoint_topic)
+        except Exception:
+            replica = None
+    return local, replica, path
+
+
+def explain_task(
+    scheduler: CheckpointScheduler,
+    meta: bytes,
+    checkpoint_offset: int,
+    end_offset: int,
+    retention: float | None,
+    now_s: float,
+) -> tuple[float | None, TunerDecision | None]:
+    """(checkpoint age, decision) of one task, as its worker would see it at ``now_s``.
+
+    1. Continue the tuner stored in the checkpoint (``None`` if it holds none),
+       with the source's retention, as the worker does at restore.
+    2. The records that arrived since the checkpoint are ingest the stored rate
+       has not seen: a stopped, idle app has ``r`` decay to 0, a live one keeps it.
+    3. The backlog a replay would read is ``end_offset - checkpoint_offset``.
+    """
+    wall_ms, state = decode_meta(meta)
+    age = None if wall_ms is None else max(0.0, now_s - wall_ms / 1000)
+    if not state:
+        return age, None
+    scheduler.restore(meta, False, now_s, retention)
+    backlog = max(0, end_offset - checkpoint_offset)
+    if age is not None and age > 0:
+        scheduler.source_grew(now_s - age, 0)
+        scheduler.source_grew(now_s, backlog)
+    return age, scheduler.decision(now_s, age, backlog)
+
+
+async def explain_app(
+    app: App, settings: WorkerSettings, now_s: float | None = None
+) -> list[TaskExplanation]:
+    """The tuner's view of every task of ``app`` that has a checkpoint, at ``now_s``
+    (default: now), under the policy and bounds of ``settings``."""
+    local, replica, path = await _open_stores(app, settings)
     primary = local or replica
     if primary is None:
-        raise RuntimeError(
-            f"no checkpoints readable: neither {app.checkpoint_topic!r} on "
-            f"{settings.bootstrap_servers} nor {path}"
-        )
-    config = tuner_config(settings.checkpoints, settings.session_timeout_ms / 1000)
-    now = time.time()
+        where = f"the local state dir {path}"
+        if settings.checkpoints.replicate:
+            where += f" nor {app.checkpoint_topic!r} on {settings.bootstrap_servers}"
+        raise RuntimeError(f"no checkpoints readable: neither {where}")
+    detect_s = settings.session_timeout_ms / 1000
     out: list[TaskExplanation] = []
     try:
         for op in app.operators.values():
-            for p in await topic_partitions(settings.client, op.source):
+            ends = await end_offsets(settings.client, op.source)
+            retention = retention_s(await topic_config(settings.client, op.source))
+            for p in sorted(ends):
                 task = TaskId(op.name, op.source, p)
                 choice = await newest_restore_point(
                     task, primary, replica if primary is not replica else None
                 )
                 point = choice.point
                 if point is None:
-                    out.append(TaskExplanation(task, None, None, None, None))
+                    out.append(TaskExplanation(task, None, None, None, None, ends[p]))
                     continue
-                wall_ms, state = decode_meta(point.meta)
-                age = None if wall_ms is None else max(0.0, now - wall_ms / 1000)
-                decision = None
-                if state:
-                    decision = Tuner.from_bytes(state, config).decision(now, age)
-                out.append(TaskExplanation(task, point.offset, age, choice.source, decision))
+                scheduler = CheckpointScheduler(settings.checkpoints, detect_s)
+                age, decision = explain_task(
+                    scheduler, point.meta, point.offset, ends[p], retention,
+                    time.time() if now_s is None else now_s,
+                )
+                out.append(
+                    TaskExplanation(task, point.offset, age, choice.source, decision, ends[p])
+                )
     finally:
         for store in (local, replica):
             if store is not None:
@@ -81,10 +124,7 @@ async def explain_app(app: App, settings: WorkerSettings) -> list[TaskExplanatio
     return out
 
 
-def _s(x: float | None) -> str:
-    if x is None:
-        return "n/a"
-    return "inf" if math.isinf(x) else f"{x:.1f}s"
+_SOURCES = {"rocksdb": "the local state dir", "kafka": "the replica topic"}
 
 
 def format_explanations(rows: list[TaskExplanation]) -> str:
@@ -94,26 +134,17 @@ def format_explanations(rows: list[TaskExplanation]) -> str:
         if row.checkpoint_offset is None:
             lines.append(f"{head}: no checkpoint yet")
             continue
+        end = "" if row.end_offset is None else f" (source end offset {row.end_offset})"
+        where = _SOURCES.get(row.source or "", row.source)
+        age = seconds(row.checkpoint_age_s)
         lines.append(
-            f"{head}: checkpoint at offset {row.checkpoint_offset}, {_s(row.checkpoint_age_s)} "
-            f"old (from {row.source})"
+            f"{head}: checkpoint at offset {row.checkpoint_offset}{end}, taken {age} ago, "
+            f"read from {where}"
         )
         d = row.decision
         if d is None:
-            lines.append("    fixed checkpoint policy: no tuner state")
+            lines.append("    no tuner state in this checkpoint")
             continue
-        mu = "n/a" if d.replay_rate_eps is None else f"{d.replay_rate_eps:,.0f}/s"
-        lines += [
-            f"    interval {_s(d.interval_s)}  active bound: {d.active_bound.value}"
-            f"  (T* {_s(d.t_optimum_s)}, T_rto {_s(d.t_rto_s)}, T_retention "
-            f"{_s(d.t_retention_s)})",
-            f"    C {d.checkpoint_cost_s * 1000:.1f} ms"
-            f"  L p90 {d.durable_latency_p90_s * 1000:.0f} ms"
-            f"  D p90 {_s(d.downtime_p90_s)}  r {d.ingest_rate_eps:,.0f}/s  mu {mu}"
-            f"  sigma {d.sigma:.2f}  MTBF {d.mtbf_s / 3600:.1f} h",
-            f"    predicted recovery if a failure happened now: {_s(d.predicted_recovery_s)}"
-            f"  (worst case {_s(d.worst_case_recovery_s)})  RTO {_s(d.rto_s)}",
-        ]
-        if d.rto_infeasible:
-            lines.append(f"    RTO INFEASIBLE: {d.infeasible_reason}")
+        lines += [f"    {line}" for line in describe(d)]
     return "\n".join(lines)
+

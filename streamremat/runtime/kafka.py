@@ -260,6 +260,16 @@ async def topic_config(bootstrap: Target, topic: str) -> dict[str, str]:
     return result
 
 
+def retention_s(config: dict[str, str]) -> float | None:
+    """A topic's time retention in seconds (of ``topic_config``); None when unlimited
+    or unknown."""
+    try:
+        ms = int(config.get("retention.ms", "-1"))
+    except ValueError:
+        return None
+    return None if ms < 0 else ms / 1000
+
+
 async def end_offsets(
     bootstrap: Target, topic: str, isolation_level: IsolationLevel = "read_uncommitted"
 ) -> dict[int, int]:

@@ -471,12 +471,18 @@ class PartitionRunner:
                 self.scheduler.source_grew(time.time(), max(0, highwater - self._last_highwater))
             self._last_highwater = highwater
         age = time.time() - self._last_checkpoint_wall
-        decision = self.scheduler.decision(time.time(), age)
+        decision = self.scheduler.decision(time.time(), age, self._backlog(highwater))
         for op in self.operators:
             if highwater is not None:
                 self.sensor.on_lag(op.name, p, max(0, highwater - self.position))
             self.sensor.on_checkpoint_age(op.name, p, age)
             self.sensor.on_tuner(op.name, p, decision)
+
+    def _backlog(self, highwater: int | None) -> int | None:
+        """Records a replay would read on a failure now: newest checkpoint to the end."""
+        restored = self.report.start_offset if self.report is not None else self.position
+        start = self._checkpointed_at if self._checkpointed_at >= 0 else restored
+        return None if highwater is None else max(0, highwater - start)
 
     async def checkpoint(self, clean: bool = False) -> None:
         """Checkpoint every task of the partition, when its outputs are committed:
@@ -499,7 +505,7 @@ class PartitionRunner:
         self._last_checkpoint_mono = time.monotonic()
         self._last_checkpoint_wall = time.time()
         self._records_since_checkpoint = 0
-        decision = self.scheduler.decision(time.time(), 0.0)
+        decision = self.scheduler.decision(time.time(), 0.0, self._backlog(self._last_highwater))
         log.info("%s[%d]: tuner: %s", self.tp.topic, self.tp.partition, decision.explain(),
                  extra={"event": "tuner", "interval_s": decision.interval_s,
                         "bound": decision.active_bound.name.lower(),

@@ -9,7 +9,6 @@ partition to another worker.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import struct
 
@@ -109,9 +108,14 @@ class CheckpointScheduler:
     def meta(self, wall_ms: int) -> bytes:
         return encode_meta(wall_ms, self.tuner.to_bytes())
 
-    def decision(self, now_s: float, checkpoint_age_s: float | None = None) -> TunerDecision:
-        """The tuner's figures; under a fixed policy, the interval is the fixed one."""
-        decision = self.tuner.decision(now_s, checkpoint_age_s)
-        if self.fixed is not None and self.fixed.seconds is not None:
-            decision = dataclasses.replace(decision, interval_s=self.fixed.seconds)
-        return decision
+    def decision(self, now_s: float, checkpoint_age_s: float | None = None,
+                 backlog_records: float | None = None) -> TunerDecision:
+        """The tuner's figures, saying which policy is in force; under a fixed one,
+        the interval (and the worst-case recovery) are the fixed policy's.
+        ``backlog_records``: source end offset minus the durable checkpoint's."""
+        fixed = self.fixed
+        return self.tuner.decision(
+            now_s, backlog_records, checkpoint_age_s=checkpoint_age_s,
+            fixed_interval_s=None if fixed is None else fixed.seconds,
+            fixed_records=None if fixed is None else fixed.records,
+        )

@@ -27,6 +27,7 @@ from streamremat.runtime.kafka import (
     KafkaAdminError,
     TopicSpec,
     create_topics,
+    retention_s,
     topic_config,
     topic_partitions,
 )
@@ -196,7 +197,7 @@ class Worker:
                                    KafkaCheckpointConfig(partitions=max_parts).topic_config()))
         await create_topics(client, specs, replication=self.settings.replication)
         for topic in self._by_topic:
-            self._retention_s[topic] = _retention_s(await topic_config(client, topic))
+            self._retention_s[topic] = retention_s(await topic_config(client, topic))
 
 
     # -- the live loop ----------------------------------------------------------
@@ -454,15 +455,6 @@ class Worker:
                 log.warning("closing %s failed: %s", type(closer).__name__, exc)
         log.info("worker %s stopped%s", self.settings.worker_id, "" if clean else " (unclean)")
         return clean
-
-
-def _retention_s(config: dict[str, str]) -> float | None:
-    """The topic's time retention in seconds; None when unlimited or unknown."""
-    try:
-        ms = int(config.get("retention.ms", "-1"))
-    except ValueError:
-        return None
-    return None if ms < 0 else ms / 1000
 
 
 def _read_alive(path: str) -> float | None:

@@ -5,7 +5,14 @@ The simulator used to evaluate policies is ``streamremat.tuning.simulate``.
 
 from streamremat.tuning.config import TunerConfig
 from streamremat.tuning.exceptions import TunerConfigError, TunerStateError, TuningError
-from streamremat.tuning.model import expected_waste, optimal_interval, recovery_time, rto_interval
+from streamremat.tuning.model import (
+    expected_waste,
+    min_feasible_rto,
+    optimal_interval,
+    recovery_from_backlog,
+    recovery_time,
+    rto_interval,
+)
 from streamremat.tuning.policy import AdaptiveInterval, FixedInterval, IntervalPolicy
 from streamremat.tuning.tuner import Bound, Tuner, TunerDecision
 
@@ -21,7 +28,9 @@ __all__ = [
     "TunerStateError",
     "TuningError",
     "expected_waste",
+    "min_feasible_rto",
     "optimal_interval",
+    "recovery_from_backlog",
     "recovery_time",
     "rto_interval",
 ]

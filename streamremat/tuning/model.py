@@ -47,3 +47,29 @@ def recovery_time(d_s: float, age_s: float, sigma: float) -> float:
     if sigma <= 1:
         return math.inf
     return (sigma * d_s + age_s) / (sigma - 1.0)
+
+
+def recovery_from_backlog(d_s: float, backlog_records: float, r: float, mu: float) -> float:
+    """Seconds from a failure until lag is back to ~0, from what replay will read.
+
+    ``backlog_records`` is what separates the restored checkpoint from the
+    source's end at the failure; ``r * D`` more arrive during the downtime, and
+    replay gains on the source at ``mu - r``: ``D + (backlog + r*D) / (mu - r)``.
+    With ``backlog = r * age`` this is ``recovery_time(D, age, mu / r)``.
+    """
+    backlog = max(backlog_records, 0.0) + max(r, 0.0) * d_s
+    if backlog <= 0:
+        return d_s
+    if mu <= r:
+        return math.inf
+    return d_s + backlog / (mu - r)
+
+
+def min_feasible_rto(d_s: float, l_s: float, sigma: float, t_min_s: float) -> float:
+    """Smallest RTO that ``rto_interval`` meets with ``T = t_min_s``:
+    ``(sigma*D + L + T_min) / (sigma - 1)`` (``inf`` when ``sigma <= 1``)."""
+    if math.isinf(sigma):
+        return d_s
+    if sigma <= 1:
+        return math.inf
+    return (sigma * d_s + l_s + t_min_s) / (sigma - 1.0)

@@ -14,31 +14,44 @@ from dataclasses import dataclass
 from streamremat.tuning.config import TunerConfig
 from streamremat.tuning.estimators import EwmaStat, FailureRate, RateEwma
 from streamremat.tuning.exceptions import TunerStateError
-from streamremat.tuning.model import expected_waste, optimal_interval, recovery_time, rto_interval
+from streamremat.tuning.model import (
+    expected_waste,
+    min_feasible_rto,
+    optimal_interval,
+    recovery_from_backlog,
+    rto_interval,
+)
+from streamremat.tuning.report import describe
 
 STATE_VERSION = 1
 
 
 class Bound(enum.Enum):
-    """Which term of ``clamp(min(T*, T_rto, T_retention), T_min, T_max)`` decided."""
+    """Which term of ``clamp(min(T*, T_rto, T_retention), T_min, T_max)`` decided,
+    or ``FIXED``: a fixed checkpoint policy is in force."""
 
     OPTIMUM = "optimum"
     RTO = "rto"
     RETENTION = "retention"
     MIN = "min"
     MAX = "max"
+    FIXED = "fixed"
 
 
 @dataclass(frozen=True)
 class TunerDecision:
     """Everything the tuner used and chose at ``now_s``; what metrics and logs show.
 
-    Means feed ``T*``; the conservative values (``*_p90``, ``replay_rate_low_eps``,
-    ``sigma_rto``) feed ``T_rto`` and the predicted recovery times.
-    ``math.inf`` means "no bound" (no RTO, no retention, idle source).
+    Means feed ``T*`` and ``predicted_recovery_s``; the conservative values
+    (``*_p90``, ``replay_rate_low_eps``, ``sigma_rto``) feed ``T_rto`` and
+    ``worst_case_recovery_s``. ``math.inf`` means "no bound" (no RTO, no
+    retention, idle source). Under a fixed policy ``interval_s`` is the fixed
+    one, ``active_bound`` is ``FIXED``, and ``tuned_interval_s`` /
+    ``tuned_bound`` say what the adaptive policy would choose.
     """
 
     now_s: float
+    policy: str
     checkpoint_cost_s: float
     durable_latency_s: float
     durable_latency_p90_s: float
@@ -57,12 +70,19 @@ class TunerDecision:
     target_s: float
     interval_s: float
     active_bound: Bound
+    tuned_interval_s: float
+    tuned_bound: Bound
+    min_interval_s: float
+    max_interval_s: float
+    fixed_records: int | None
     rto_s: float
     rto_infeasible: bool
     infeasible_reason: str | None
     checkpoint_age_s: float | None
+    backlog_records: float | None
+    worst_backlog_records: float | None
     predicted_recovery_s: float | None
-    worst_case_recovery_s: float
+    worst_case_recovery_s: float | None
     expected_overhead: float
 
     @property
@@ -70,20 +90,8 @@ class TunerDecision:
         return 1.0 / self.failure_rate_per_s
 
     def explain(self) -> str:
-        """One log line: the interval, why, and the recovery prediction next to the RTO."""
-        pred = "n/a" if self.predicted_recovery_s is None else f"{self.predicted_recovery_s:.1f}s"
-        text = (
-            f"interval={self.interval_s:.1f}s (target {self.target_s:.1f}s, bound "
-            f"{self.active_bound.value}: T*={self.t_optimum_s:.1f}s T_rto={self.t_rto_s:.1f}s "
-            f"T_ret={self.t_retention_s:.1f}s) C={self.checkpoint_cost_s:.3f}s "
-            f"L_p90={self.durable_latency_p90_s:.2f}s D_p90={self.downtime_p90_s:.1f}s "
-            f"r={self.ingest_rate_eps:.0f}/s sigma={self.sigma:.2f} "
-            f"mtbf={self.mtbf_s / 3600:.2f}h predicted_recovery={pred} "
-            f"worst_case={self.worst_case_recovery_s:.1f}s rto={self.rto_s:.0f}s"
-        )
-        if self.infeasible_reason:
-            text += f" RTO INFEASIBLE: {self.infeasible_reason}"
-        return text
+        """One log line; the same words as ``streamremat tune`` (``report.describe``)."""
+        return " | ".join(describe(self))
 
 
 class Tuner:
@@ -170,11 +178,23 @@ class Tuner:
         self._interval_s = chosen
         return chosen
 
-    def decision(self, now_s: float, checkpoint_age_s: float | None = None) -> TunerDecision:
+    def decision(
+        self,
+        now_s: float,
+        backlog_records: float | None = None,
+        *,
+        checkpoint_age_s: float | None = None,
+        fixed_interval_s: float | None = None,
+        fixed_records: int | None = None,
+    ) -> TunerDecision:
         """What ``next_interval(now_s)`` would choose, with every input. No state change.
 
-        ``checkpoint_age_s`` overrides the tracked age of the last durable
-        checkpoint (seconds since its offset was current).
+        ``backlog_records``: records between the newest durable checkpoint's
+        offset and the source's end now, i.e. what a replay would read; when
+        not given, ``r * checkpoint_age_s`` stands in. ``checkpoint_age_s``
+        overrides the tracked age of that checkpoint (seconds since its offset
+        was current). ``fixed_interval_s`` / ``fixed_records``: a fixed policy
+        is in force (the decision reports it, and its worst case uses it).
         """
         cfg, z = self.config, self.config.conservative_z
         c = self._cost.mean
@@ -196,17 +216,31 @@ class Tuner:
         t_ret = math.inf if self._retention_s is None else cfg.retention_safety * self._retention_s
         target, bound = _clamp_rule(t_opt, t_rto, t_ret, cfg.min_interval_s, cfg.max_interval_s)
         hard_cap = max(min(t_rto, t_ret, cfg.max_interval_s), cfg.min_interval_s)
-        chosen = self._smooth(target, hard_cap)
+        tuned = self._smooth(target, hard_cap)
+        fixed = fixed_interval_s is not None or fixed_records is not None
+        chosen = tuned
+        if fixed:
+            chosen = math.inf if fixed_interval_s is None else fixed_interval_s
 
         reason = _infeasible_reason(cfg, t_rto, sigma_rto, d_hi, l_hi)
         if checkpoint_age_s is None and self._durable_position_s is not None:
             checkpoint_age_s = max(now_s - self._durable_position_s, 0.0)
-        # The expected recovery (means); worst_case_recovery_s is the conservative one.
-        predicted = (
-            None if checkpoint_age_s is None else recovery_time(d_mean, checkpoint_age_s, sigma)
-        )
+        if backlog_records is None and checkpoint_age_s is not None:
+            backlog_records = r * checkpoint_age_s
+        # Until the next checkpoint is durable (T + L after the last one's offset),
+        # r more records per second join the backlog: the worst case of this cycle.
+        cycle = r * (chosen + l_hi) if r > 0 else 0.0
+        if fixed_records is not None:
+            cycle = min(cycle, fixed_records + r * l_hi)
+        worst_backlog = None
+        if backlog_records is not None:
+            worst_backlog = backlog_records + max(0.0, cycle - r * (checkpoint_age_s or 0.0))
+        # Replay speed when not measured yet: the prior speed-up over ingest.
+        mu_mean = mu if mu is not None else (cfg.prior_sigma * r if r > 0 else None)
+        mu_hi_risk = mu_low if mu_low is not None else mu_mean
         return TunerDecision(
             now_s=now_s,
+            policy="fixed" if fixed else "adaptive",
             checkpoint_cost_s=c,
             durable_latency_s=l_mean,
             durable_latency_p90_s=l_hi,
@@ -224,13 +258,20 @@ class Tuner:
             t_retention_s=t_ret,
             target_s=target,
             interval_s=chosen,
-            active_bound=bound,
+            active_bound=Bound.FIXED if fixed else bound,
+            tuned_interval_s=tuned,
+            tuned_bound=bound,
+            min_interval_s=cfg.min_interval_s,
+            max_interval_s=cfg.max_interval_s,
+            fixed_records=fixed_records,
             rto_s=cfg.rto_s,
             rto_infeasible=reason is not None,
             infeasible_reason=reason,
             checkpoint_age_s=checkpoint_age_s,
-            predicted_recovery_s=predicted,
-            worst_case_recovery_s=recovery_time(d_hi, chosen + l_hi, sigma_rto),
+            backlog_records=backlog_records,
+            worst_backlog_records=worst_backlog,
+            predicted_recovery_s=_recovery(d_mean, backlog_records, r, mu_mean),
+            worst_case_recovery_s=_recovery(d_hi, worst_backlog, r, mu_hi_risk),
             expected_overhead=expected_waste(chosen, c, l_mean, d_mean, sigma, lam),
         )
 
@@ -306,21 +347,47 @@ def _clamp_rule(
     return value, bound
 
 
+def _recovery(
+    d_s: float, backlog: float | None, r: float, mu: float | None
+) -> float | None:
+    """``recovery_from_backlog``; ``None`` when it cannot be known (no backlog
+    figure, or records to replay at a replay speed never measured)."""
+    if backlog is None:
+        return None
+    if mu is None:
+        return d_s if backlog <= 0 and r <= 0 else None
+    return recovery_from_backlog(d_s, backlog, r, mu)
+
+
 def _infeasible_reason(
     cfg: TunerConfig, t_rto: float, sigma_rto: float, d_hi: float, l_hi: float
 ) -> str | None:
+    """Why the RTO cannot be met, and advice that can work in that case."""
     if math.isinf(cfg.rto_s):
         return None
     if sigma_rto <= 1:
         return (
-            f"replay is not faster than ingest (sigma={sigma_rto:.2f} <= 1), so lag never "
-            "returns to 0 after a failure; add processing capacity (more partitions/workers)"
+            f"replay is not faster than ingest (conservative sigma mu_low/r={sigma_rto:.2f} "
+            "<= 1), so lag never returns to 0 after a failure; add processing capacity "
+            "(more partitions/workers)"
         )
-    if t_rto < cfg.min_interval_s:
+    if t_rto >= cfg.min_interval_s:
+        return None
+    need = min_feasible_rto(d_hi, l_hi, sigma_rto, cfg.min_interval_s)
+    head = (
+        f"--rto-seconds {cfg.rto_s:g} is below what a recovery takes: with D_p90={d_hi:.1f}s, "
+        f"L_p90={l_hi:.1f}s and conservative sigma mu_low/r={sigma_rto:.2f}, checkpointing "
+        f"every --min-interval {cfg.min_interval_s:g}s still needs {need:.1f}s"
+    )
+    if t_rto <= 0:
+        # No interval helps: the downtime plus what arrives meanwhile already miss it.
         return (
-            f"--rto-seconds {cfg.rto_s:g} needs an interval <= {t_rto:.1f}s "
-            f"(sigma={sigma_rto:.2f}, D_p90={d_hi:.1f}s, L_p90={l_hi:.1f}s) but --min-interval is "
-            f"{cfg.min_interval_s:g}s; raise --rto-seconds, lower --min-interval, or "
-            "restore/replay faster"
+            f"{head}, and no interval could meet it (T_rto {t_rto:.1f}s <= 0); raise "
+            f"--rto-seconds to >= {math.ceil(need)}, or shorten the downtime D (a shorter "
+            "--session-timeout-ms detects a crash sooner; a local state dir restores faster), "
+            "or replay faster (more partitions/workers)"
         )
-    return None
+    return (
+        f"{head}; raise --rto-seconds to >= {math.ceil(need)}, or lower --min-interval to "
+        f"<= {math.floor(t_rto * 10) / 10:.1f}s"
+    )

@@ -140,7 +140,7 @@ async def test_restart_restores_and_tune_explains(kafka_bootstrap: str, new_topi
     assert len(rows) == PARTITIONS
     assert all(row.decision is not None for row in rows)
     text = format_explanations(rows)
-    assert "active bound" in text and "predicted recovery" in text
+    assert "active bound" in text and "recovery if a failure happened now: predicted" in text
 
 
 async def _delete_records(bootstrap: str, topic: str, before: dict[int, int]) -> None:

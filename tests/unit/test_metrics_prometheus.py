@@ -173,7 +173,7 @@ def test_tuner_hook(sensor: PrometheusSensor, registry: CollectorRegistry) -> No
     for name, want in expected.items():
         assert value(registry, name) == pytest.approx(want), name
     assert {b: value(registry, "streamremat_tuner_bound", bound=b) for b in BOUNDS} == {
-        "optimum": 0, "rto": 1, "retention": 0, "min": 0, "max": 0,
+        "optimum": 0, "rto": 1, "retention": 0, "min": 0, "max": 0, "fixed": 0,
     }  # fmt: skip
     # A later decision moves the bound; absent inputs keep their last value.
     sensor.on_tuner("counts", 0, {"bound": "min", "rto_infeasible": True, "interval_s": 5.0})

@@ -6,7 +6,14 @@ import math
 
 import pytest
 
-from streamremat.tuning.model import expected_waste, optimal_interval, recovery_time, rto_interval
+from streamremat.tuning.model import (
+    expected_waste,
+    min_feasible_rto,
+    optimal_interval,
+    recovery_from_backlog,
+    recovery_time,
+    rto_interval,
+)
 
 
 def test_optimal_interval_is_youngs_rule_stretched_by_sqrt_sigma() -> None:
@@ -49,3 +56,24 @@ def test_recovery_time_by_hand() -> None:
     assert recovery_time(10, 100, 5) == pytest.approx(37.5)
     assert recovery_time(10, 100, 1.0) == math.inf
     assert recovery_time(10, 100, math.inf) == 10
+
+
+def test_recovery_from_backlog_by_hand() -> None:
+    # D 10 s, 60k records behind, r 1k/s: 60k + 10k to replay at 5k - 1k net: 10 + 17.5
+    assert recovery_from_backlog(10, 60_000, 1_000, 5_000) == pytest.approx(27.5)
+    # A stopped, idle source: nothing to replay, the downtime is all.
+    assert recovery_from_backlog(10, 0, 0, 5_000) == 10
+    assert recovery_from_backlog(10, 5_000, 0, 5_000) == pytest.approx(11.0)
+    assert recovery_from_backlog(10, 1, 1_000, 1_000) == math.inf
+    # With backlog = r * age it is the DESIGN section 8 formula.
+    assert recovery_from_backlog(10, 1_000 * 100, 1_000, 5_000) == pytest.approx(
+        recovery_time(10, 100, 5)
+    )
+
+
+def test_min_feasible_rto_meets_rto_interval_at_t_min() -> None:
+    d, lat, sigma, t_min = 12.0, 2.0, 3.0, 5.0
+    need = min_feasible_rto(d, lat, sigma, t_min)
+    assert need == pytest.approx((3 * 12 + 2 + 5) / 2)
+    assert rto_interval(need, d, lat, sigma) == pytest.approx(t_min)
+    assert min_feasible_rto(d, lat, 1.0, t_min) == math.inf

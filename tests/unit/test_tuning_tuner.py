@@ -86,16 +86,95 @@ def test_infeasible_rto_is_signalled() -> None:
     assert not fine.rto_infeasible and fine.infeasible_reason is None
 
 
-def test_predicted_recovery_tracks_checkpoint_age() -> None:
+def test_predicted_recovery_is_what_a_replay_reads() -> None:
     tuner = warm_tuner(TunerConfig(rto_s=120.0))
     tuner.observe_checkpoint(1000.0, 0.3, 2.0)  # offset fixed at 998
-    d = tuner.decision(1100.0)
+    d = tuner.decision(1100.0, backlog_records=300_000)
     assert d.checkpoint_age_s == pytest.approx(102.0)
-    # The prediction is the expected recovery (means); the worst case is conservative.
-    expected = (d.sigma * d.downtime_s + 102.0) / (d.sigma - 1)
-    assert d.predicted_recovery_s == pytest.approx(expected)
-    assert tuner.decision(1100.0, checkpoint_age_s=0.0).predicted_recovery_s < expected
-    assert "predicted_recovery" in d.explain()
+    r, mu, dt = d.ingest_rate_eps, d.replay_rate_eps, d.downtime_s
+    assert mu is not None
+    # By hand: the backlog plus what arrives during the downtime, gained on at mu - r.
+    assert d.predicted_recovery_s == pytest.approx(dt + (300_000 + r * dt) / (mu - r))
+    # The age no longer counts as backlog: a checkpoint at the source's end is cheap.
+    at_end = tuner.decision(1100.0, backlog_records=0)
+    assert at_end.predicted_recovery_s == pytest.approx(dt + r * dt / (mu - r))
+    # Without a backlog figure (the simulator), r * age stands in for it.
+    legacy = tuner.decision(1100.0)
+    assert legacy.backlog_records == pytest.approx(r * 102.0)
+
+
+@pytest.mark.parametrize("backlog", [0, 1_000, 300_000, 5_000_000])
+@pytest.mark.parametrize("age", [0.0, 30.0, 5_000.0])
+@pytest.mark.parametrize("fixed", [None, 30.0])
+def test_worst_case_bounds_the_prediction(backlog: int, age: float, fixed: float | None) -> None:
+    tuner = warm_tuner(TunerConfig(rto_s=120.0))
+    tuner.observe_recovery(25.0, 2_000_000, 40.0)  # D and mu now vary: p90 != mean
+    d = tuner.decision(1000.0, backlog, checkpoint_age_s=age, fixed_interval_s=fixed)
+    assert d.predicted_recovery_s is not None and d.worst_case_recovery_s is not None
+    assert d.worst_case_recovery_s >= d.predicted_recovery_s
+    assert d.worst_backlog_records is not None and d.worst_backlog_records >= backlog
+
+
+def test_idle_source_recovers_in_the_downtime() -> None:
+    tuner = Tuner(TunerConfig(rto_s=120.0))
+    tuner.observe_ingest(0.0, 0)
+    tuner.observe_ingest(60.0, 0)  # r measured: 0/s
+    tuner.observe_recovery(4.0, 10_000, 1.0)
+    d = tuner.decision(100.0, backlog_records=0, checkpoint_age_s=3826.0)
+    assert d.ingest_rate_eps == 0
+    assert d.predicted_recovery_s == pytest.approx(d.downtime_s)
+    assert d.worst_case_recovery_s == pytest.approx(d.downtime_p90_s)
+    assert d.worst_case_recovery_s >= d.predicted_recovery_s
+    assert not d.rto_infeasible
+
+
+def test_fixed_policy_is_reported_as_fixed() -> None:
+    tuner = warm_tuner(TunerConfig(rto_s=120.0))
+    adaptive = tuner.decision(300.0, 0)
+    d = tuner.decision(300.0, 0, fixed_interval_s=30.0)
+    assert d.policy == "fixed" and d.interval_s == 30.0 and d.active_bound is Bound.FIXED
+    assert d.tuned_interval_s == adaptive.interval_s
+    assert d.tuned_bound is adaptive.active_bound
+    text = d.explain()
+    assert text.startswith("policy fixed: checkpoint every 30s; the adaptive policy would")
+    assert "policy adaptive" in adaptive.explain()
+    records = tuner.decision(300.0, 0, checkpoint_age_s=0.0, fixed_records=1_000)
+    assert records.interval_s == math.inf and "every 1,000 records" in records.explain()
+    # The worst case follows the fixed schedule: 1k records, not r * T.
+    assert records.worst_backlog_records == pytest.approx(1_000 + 20_000 * 2.0)
+
+
+def _feasible(cfg: TunerConfig) -> bool:
+    return not warm_tuner(cfg).decision(300.0).rto_infeasible
+
+
+def test_infeasible_rto_advice_can_work() -> None:
+    base = dict(prior_mtbf_s=14_400.0)
+    # T_rto < 0: no interval meets a 10 s RTO; lowering --min-interval cannot help.
+    d = warm_tuner(TunerConfig(rto_s=10.0, **base)).decision(300.0)
+    assert d.rto_infeasible and d.t_rto_s < 0
+    reason = d.infeasible_reason or ""
+    assert "--min-interval to" not in reason and "no interval could meet it" in reason
+    need = float(reason.split("raise --rto-seconds to >= ")[1].split(",")[0])
+    assert _feasible(TunerConfig(rto_s=need, **base))
+    # 0 < T_rto < T_min: both pieces of advice work.
+    d = warm_tuner(TunerConfig(rto_s=20.0, min_interval_s=30.0, **base)).decision(300.0)
+    assert d.rto_infeasible and 0 < d.t_rto_s < 30.0
+    reason = d.infeasible_reason or ""
+    need = float(reason.split("raise --rto-seconds to >= ")[1].split(",")[0])
+    lower = float(reason.split("--min-interval to <= ")[1].rstrip("s"))
+    assert _feasible(TunerConfig(rto_s=need, min_interval_s=30.0, **base))
+    assert _feasible(TunerConfig(rto_s=20.0, min_interval_s=lower, **base))
+
+
+def test_explain_names_each_sigma() -> None:
+    tuner = warm_tuner(TunerConfig(rto_s=120.0))
+    tuner.observe_recovery(10.0, 1_000_000, 20.0)  # a slower replay: mu varies
+    d = tuner.decision(300.0, 0)
+    text = d.explain()
+    assert f"sigma mu/r {d.sigma:.2f} (for T*)" in text
+    assert f"conservative sigma mu_low/r {d.sigma_rto:.2f} (for T_rto" in text
+    assert d.sigma_rto < d.sigma
 
 
 def test_failure_rate_follows_a_shift() -> None:
