@@ -24,6 +24,7 @@ from typing import Any, Literal, NamedTuple
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import for_code
 
 from streamremat.runtime.client import KafkaClientConfig
 
@@ -232,9 +233,13 @@ async def topic_partitions(bootstrap: Target, topic: str) -> list[int]:
         described = await admin.describe_topics([topic])
     for item in described:
         if item["topic"] == topic:
-            if item["error_code"] != _NO_ERROR:
-                raise KafkaAdminError(f"topic {topic!r}: error {item['error_code']}",
-                                      item["error_code"])
+            code = item["error_code"]
+            if code == _UNKNOWN_TOPIC:
+                raise KafkaAdminError(f"topic {topic!r} does not exist", code)
+            if code != _NO_ERROR:
+                raise KafkaAdminError(
+                    f"topic {topic!r}: {for_code(code).__name__} (error {code})", code
+                )
             return sorted(p["partition"] for p in item["partitions"])
     raise KafkaAdminError(f"topic {topic!r} not found")
 

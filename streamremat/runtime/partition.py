@@ -266,10 +266,13 @@ class PartitionRunner:
             self.sensor.on_replay_progress(op.name, self.tp.partition, report.replayed,
                                            report.replayed)
             self.sensor.on_replay(op.name, self.tp.partition, report.replayed, report.replay_s)
+        # A group that never committed has no committed offset: say where it starts.
+        committed = (f"committed offset {report.committed_offset}" if self.committed is not None
+                     else f"committed offset none (new group, from offset {report.start_offset})")
         log.info(
-            "%s[%d]: recovered: checkpoint offset %s, committed offset %d, replayed %d records "
+            "%s[%d]: recovered: checkpoint offset %s, %s, replayed %d records "
             "in %.3f s (%.0f records/s), restore %.3f s from %s%s",
-            self.tp.topic, self.tp.partition, report.checkpoint_offset, report.committed_offset,
+            self.tp.topic, self.tp.partition, report.checkpoint_offset, committed,
             report.replayed, report.replay_s, rate, report.restore_s, report.source or "nothing",
             " after an unclean stop" if report.unclean else "",
             extra={

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import socket
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -10,6 +12,26 @@ from enum import StrEnum
 from streamremat.core.exceptions import ConfigError
 from streamremat.runtime.client import KafkaClientConfig
 from streamremat.runtime.kafka import Replication
+from streamremat.tuning.config import TunerConfig
+
+#: The tuner's defaults are TunerConfig's: one source for settings, CLI and docs.
+_TUNER = TunerConfig()
+
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*", re.ASCII)
+DURATION_FORMS = "seconds (120, 0.5) or a number with a unit ms, s, m or h (500ms, 30s, 2m, 1h)"
+
+
+def parse_duration_s(text: str) -> float:
+    """Seconds from ``"120"``, ``"0.5"``, ``"500ms"``, ``"30s"``, ``"2m"`` or ``"1h"``;
+    ValueError for anything else (negative, empty, unknown unit, inf/nan)."""
+    match = _DURATION.fullmatch(text)
+    if match is None:
+        raise ValueError(f"not a duration: {text!r}")
+    seconds = float(match[1]) * _UNIT_S[match[2] or "s"]
+    if not math.isfinite(seconds):
+        raise ValueError(f"not a finite duration: {text!r}")
+    return seconds
 
 
 class Guarantee(StrEnum):
@@ -36,10 +58,10 @@ class CheckpointSettings:
     policy: str = "adaptive"
     interval_s: float | None = 30.0
     interval_records: int | None = None
-    rto_s: float = 120.0
-    min_interval_s: float = 5.0
-    max_interval_s: float = 600.0
-    prior_mtbf_s: float = 86_400.0
+    rto_s: float = _TUNER.rto_s
+    min_interval_s: float = _TUNER.min_interval_s
+    max_interval_s: float = _TUNER.max_interval_s
+    prior_mtbf_s: float = _TUNER.prior_mtbf_s
     keep: int = 3
     replicate: bool = True
     #: a full snapshot once the deltas since the last full add up to this share of it

@@ -35,6 +35,7 @@ from streamremat.runtime.partition import PartitionRunner, Phase
 from streamremat.runtime.scheduling import CheckpointScheduler
 from streamremat.runtime.settings import Guarantee, WorkerSettings
 from streamremat.state.base import CheckpointStore
+from streamremat.state.exceptions import CheckpointStoreUnavailable
 from streamremat.state.kafka import KafkaCheckpointConfig, KafkaCheckpointStore
 from streamremat.state.rocksdb import RocksDBCheckpointStore
 
@@ -60,7 +61,10 @@ class Worker:
 
     def __init__(self, app: App, settings: WorkerSettings, sensor: Sensor | None = None) -> None:
         if not app.operators:
-            raise WorkerError(f"app {app.name!r} has no operators to run")
+            raise WorkerError(
+                f"app {app.name!r} has no operators to run: give it some, "
+                f"App({app.name!r}, [Operator(...), ...]) or app.add(operator)"
+            )
         self.app = app
         self.settings = settings
         self.sensor = sensor or Sensor()
@@ -121,13 +125,19 @@ class Worker:
     async def _start(self) -> None:
         s = self.settings
         client = s.client
-        await check_connection(client)
-        await self._ensure_topics()
+        # The local store first: a state dir held by another worker fails fast.
         os.makedirs(s.state_dir, exist_ok=True)
+        try:
+            self._local = RocksDBCheckpointStore(
+                os.path.join(s.state_dir, f"{self.app.name}.rocksdb")
+            )
+        except CheckpointStoreUnavailable as exc:
+            raise WorkerError(str(exc)) from exc
         self._alive_path = os.path.join(s.state_dir, f"{self.app.name}.alive")
         self._last_alive_before_start = _read_alive(self._alive_path)
         self._touch_alive()
-        self._local = RocksDBCheckpointStore(os.path.join(s.state_dir, f"{self.app.name}.rocksdb"))
+        await check_connection(client)
+        await self._ensure_topics()
         if s.checkpoints.replicate:
             replica = await KafkaCheckpointStore.open(
                 client, self.app.checkpoint_topic,

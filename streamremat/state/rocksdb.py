@@ -62,6 +62,12 @@ def _open(path: str | os.PathLike[str]) -> Any:
     try:
         return rocksdict.Rdict(os.fspath(path), _options())
     except Exception as exc:
+        if "lock" in str(exc).lower():  # RocksDB's LOCK file: another process has it open
+            raise CheckpointStoreUnavailable(
+                f"the checkpoint RocksDB at {os.fspath(path)!r} is in use by another live "
+                "worker process; give each worker on this host its own --state-dir "
+                "(STREAMREMAT_STATE_DIR), or stop the other worker first"
+            ) from exc
         raise CheckpointStoreUnavailable(
             f"cannot open the checkpoint RocksDB at {os.fspath(path)!r}: {exc}. If it is damaged, "
             "move it away: tasks then restore from the Kafka replica or replay the source"

@@ -17,17 +17,18 @@ class TunerConfig:
 
     ``rto_s`` is the recovery-time objective (failure -> lag back to ~0);
     ``math.inf`` disables the RTO bound. The interval never leaves
-    ``[min_interval_s, max_interval_s]``.
+    ``[min_interval_s, max_interval_s]``. These defaults are the worker's too
+    (``CheckpointSettings``, the CLI flags and docs/tuning.md take them from here).
     """
 
-    rto_s: float = 300.0
+    rto_s: float = 120.0
     min_interval_s: float = 5.0
     max_interval_s: float = 600.0
     # Failure-rate prior: ``prior_failures`` pseudo-failures over
     # ``prior_failures * prior_mtbf_s`` seconds, observations discounted with
     # ``failure_half_life_s`` so that a change in the failure rate is followed
     # (a second, fast posterior catches a rise sooner; the larger rate is used).
-    prior_mtbf_s: float = 6 * 3600.0
+    prior_mtbf_s: float = 24 * 3600.0
     prior_failures: float = 0.5
     failure_half_life_s: float = 6 * 3600.0
     failure_fast_half_life_s: float = 1.5 * 3600.0
