@@ -1,11 +1,13 @@
 """``TestDriver``: run operators in-process, without Kafka, with fault injection.
 
-The driver keeps, per partition, the records sent (the source log), the task's
-checkpoints, and how far outputs were emitted (the committed offset). ``crash``
-drops every task's memory; ``recover`` runs the worker's recovery protocol on
-that: restore the newest checkpoint, replay up to the committed offset without
-emitting, then continue live. So a test can check, as the fault tests do on a
-real broker, that failures never change the output::
+The driver keeps, per partition, the records sent (the source log), the tasks'
+checkpoints, and how far outputs were emitted (the committed offset, with the
+stream times committed beside it). ``crash`` drops every task's memory;
+``recover`` runs the worker's own recovery code (``streamremat.core.recovery``)
+on that: restore the newest checkpoint, replay up to the committed offset
+without emitting (skipping what the replay horizon allows), then continue live.
+So a test can check, as the fault tests do on a real broker, that failures never
+change the output::
 
     driver = TestDriver(op)
     driver.send("alice", {"amount": 3}, timestamp_ms=1_000)
@@ -20,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamremat.core.operator import App, Operator
-from streamremat.core.records import Record
+from streamremat.core.records import BatchOutput, Record
+from streamremat.core.recovery import PartitionTasks, restore_task
 from streamremat.core.task import Task
 
 #: Replay feeds records in batches of this size, unlike live sends (one at a time),
@@ -65,11 +68,23 @@ class DriverLateRecord:
 
 
 @dataclass
+class _Checkpoint:
+    payloads: list[bytes]
+    offset: int
+
+
+@dataclass
 class _Partition:
+    """One source partition: its log, its tasks, and what was committed."""
+
     log: list[Record] = field(default_factory=list)
-    #: outputs of records below this offset were emitted (the committed offset).
-    emitted_through: int = 0
-    chain: list[bytes] = field(default_factory=list)
+    #: None while crashed
+    tasks: PartitionTasks | None = None
+    #: outputs of records below this offset were emitted (the committed offset)
+    committed: int | None = None
+    #: each task's stream time, committed with the offset as the worker does: the
+    #: horizon of the next replay
+    stream_times: dict[str, int] = field(default_factory=dict)
 
 
 class TestDriver:
@@ -88,15 +103,13 @@ class TestDriver:
             raise ValueError("partitions must be >= 1")
         self.partitions = partitions
         topics = {op.source for op in self.operators}
-        self._logs = {(t, p): _Partition() for t in topics for p in range(partitions)}
-        self._chains: dict[tuple[str, int], list[bytes]] = {}
-        self._tasks: dict[tuple[str, int], Task] | None = self._fresh_tasks()
+        self._parts = {(t, p): _Partition() for t in topics for p in range(partitions)}
+        self._chains: dict[tuple[str, int], _Checkpoint] = {}
+        self._crashed = False
         self._emitted: list[Emission] = []
         self._dead: list[DriverDeadLetter] = []
         self._late: list[DriverLateRecord] = []
-
-    def _fresh_tasks(self) -> dict[tuple[str, int], Task]:
-        return {(op.name, p): Task(op, p) for op in self.operators for p in range(self.partitions)}
+        self._restore_all()
 
     # -- input ------------------------------------------------------------------
 
@@ -122,12 +135,11 @@ class TestDriver:
         raw_value = (
             value if isinstance(value, bytes) or value is None else op.value_serde.dumps(value)
         )
-        part = self._logs[(topic, partition)]
+        part = self._parts[(topic, partition)]
         record = Record(raw_key, raw_value, timestamp_ms, len(part.log))
         part.log.append(record)
-        if self._tasks is not None:
-            self._run(topic, partition, [record], emit=True)
-            part.emitted_through = record.offset + 1
+        if not self._crashed:
+            self._run(part, partition, [record])
 
     def _topic(self, topic: str | None) -> str:
         sources = sorted({op.source for op in self.operators})
@@ -139,14 +151,18 @@ class TestDriver:
             raise ValueError(f"no operator reads topic {topic!r}; sources are {sources}")
         return topic
 
-    def _run(self, topic: str, partition: int, batch: Sequence[Record], emit: bool) -> None:
-        for op in self.operators:
-            if op.source == topic:
-                self._run_op(op, partition, batch, emit)
+    def _run(self, part: _Partition, partition: int, batch: Sequence[Record]) -> None:
+        """Process a batch, then commit its outputs and offset (one commit per batch;
+        a replayed batch commits nothing, as in the worker)."""
+        tasks = part.tasks
+        assert tasks is not None
+        for task, out in tasks.process(batch):
+            self._collect(task.operator, partition, out)
+        if not tasks.replaying:
+            part.committed = tasks.position
+            part.stream_times = tasks.stream_times()
 
-    def _run_op(self, op: Operator, partition: int, batch: Sequence[Record], emit: bool) -> None:
-        assert self._tasks is not None
-        out = self._tasks[(op.name, partition)].process(batch, emit=emit)
+    def _collect(self, op: Operator, partition: int, out: BatchOutput) -> None:
         loads = op.key_serde.loads
         self._emitted.extend(
             Emission(loads(r.key), r.start_ms, r.end_ms, r.value, partition, op.name)
@@ -174,41 +190,56 @@ class TestDriver:
 
         The first checkpoint of a task is a full snapshot, later ones are deltas
         on top of it, as in the worker."""
-        if self._tasks is None:
+        if self._crashed:
             raise RuntimeError("cannot checkpoint while crashed; call recover() first")
-        for (name, p), task in self._tasks.items():
+        for (_, p), part in self._parts.items():
             if partition is not None and p != partition:
                 continue
-            chain = self._chains.setdefault((name, p), [])
-            chain.append(task.snapshot(full=not chain))
+            assert part.tasks is not None
+            for task in part.tasks.tasks:
+                chain = self._chains.get((task.operator.name, p))
+                payload = task.snapshot(full=chain is None)
+                if chain is None:
+                    chain = self._chains[(task.operator.name, p)] = _Checkpoint([], 0)
+                chain.payloads.append(payload)
+                chain.offset = part.tasks.position
 
     def crash(self) -> None:
         """Lose all in-memory state; checkpoints and the records sent survive."""
-        self._tasks = None
+        self._crashed = True
+        for part in self._parts.values():
+            part.tasks = None
 
     def recover(self) -> None:
-        """Restore each task from its newest checkpoint, replay the records after it
-        up to what was already emitted (emitting nothing), then process the rest."""
-        if self._tasks is not None:
+        """Run the worker's recovery (``streamremat.core.recovery``) on every partition:
+        restore each task from its newest checkpoint, replay the records after it
+        up to the committed offset with the committed replay horizon (emitting
+        nothing), then process the rest live."""
+        if not self._crashed:
             raise RuntimeError("recover() without crash(): nothing to recover")
-        tasks: dict[tuple[str, int], Task] = {}
-        for op in self.operators:
-            for p in range(self.partitions):
-                chain = self._chains.get((op.name, p))
-                tasks[(op.name, p)] = Task.restore(op, p, chain) if chain else Task(op, p)
-        self._tasks = tasks
-        for (topic, p), part in self._logs.items():
+        self._restore_all()
+        for (_, p), part in self._parts.items():
+            assert part.tasks is not None
+            records = part.log[part.tasks.start :]
+            for i in range(0, len(records), REPLAY_BATCH):
+                self._run(part, p, records[i : i + REPLAY_BATCH])
+
+    def _restore_all(self) -> None:
+        self._crashed = False
+        for (topic, p), part in self._parts.items():
+            tasks = []
             for op in self.operators:
                 if op.source != topic:
                     continue
-                start = tasks[(op.name, p)].next_offset or 0
-                # Outputs of [start, emitted_through) were emitted before the crash.
-                replay = part.log[start : part.emitted_through]
-                live = part.log[max(start, part.emitted_through) :]
-                for emit, records in ((False, replay), (True, live)):
-                    for i in range(0, len(records), REPLAY_BATCH):
-                        self._run_op(op, p, records[i : i + REPLAY_BATCH], emit)
-            part.emitted_through = len(part.log)
+                chain = self._chains.get((op.name, p))
+                restored = restore_task(
+                    op, p, chain.payloads if chain else None, chain.offset if chain else None,
+                    part.committed, log_start=0,
+                )
+                if restored.error is not None:
+                    raise restored.error  # the driver's own checkpoints must restore
+                tasks.append(restored.task)
+            part.tasks = PartitionTasks(tasks, part.committed, part.stream_times)
 
     # -- output -----------------------------------------------------------------
 
@@ -224,7 +255,12 @@ class TestDriver:
 
     def task(self, operator: str | None = None, partition: int = 0) -> Task:
         """The live task (for inspecting state in tests)."""
-        if self._tasks is None:
+        if self._crashed:
             raise RuntimeError("crashed: no live tasks")
         name = operator or self.operators[0].name
-        return self._tasks[(name, partition)]
+        op = next((o for o in self.operators if o.name == name), None)
+        if op is None:
+            raise ValueError(f"no operator {name!r}")
+        part = self._parts[(op.source, partition)].tasks
+        assert part is not None
+        return next(t for t in part.tasks if t.operator.name == name)

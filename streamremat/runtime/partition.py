@@ -25,6 +25,7 @@ from aiokafka import TopicPartition
 
 from streamremat.core.operator import Operator
 from streamremat.core.records import SourceRecord
+from streamremat.core.recovery import PartitionTasks, Restore, restore_task
 from streamremat.core.task import Task
 from streamremat.metrics.sensor import Sensor
 from streamremat.runtime.checkpointing import EPOCH_BITS, Checkpointer, owner_epoch
@@ -107,13 +108,11 @@ class PartitionRunner:
         self._restored_wall = 0.0
         self.sensor = sensor
         self.phase = Phase.RESTORING
-        self.tasks: list[Task] = []
+        #: the tasks, the replay's bounds and the position (set by ``recover``)
+        self.partition_tasks = PartitionTasks([], None, {})
         self.checkpointer = Checkpointer(tp.partition, settings.checkpoints, local, replica,
                                          scheduler, sensor)
-        #: next offset to process; what a commit now would store
-        self.position = 0
         self.committed: int | None = None
-        self.replay_until = 0
         self.report: RecoveryReport | None = None
         self._pending: list[OutRecord] = []
         self._futures: list[asyncio.Future[Any]] = []
@@ -126,10 +125,21 @@ class PartitionRunner:
         self._checkpointed_at = -1
         self._last_checkpoint_wall = time.time()
         self._last_highwater: int | None = None
-        #: per operator, the stream time at the committed offset: replay's horizon
-        self._horizon: dict[str, int] = {}
         #: per operator, the stream time committed with ``self.committed``
         self._committed_stream_times: dict[str, int] = {}
+
+    @property
+    def tasks(self) -> list[Task]:
+        return self.partition_tasks.tasks
+
+    @property
+    def position(self) -> int:
+        """The next offset to process: what a commit now would store."""
+        return self.partition_tasks.position
+
+    @property
+    def replay_until(self) -> int:
+        return self.partition_tasks.replay_until
 
     # -- recovery ---------------------------------------------------------------
 
@@ -155,7 +165,7 @@ class PartitionRunner:
         log_start = (await consumer.beginning_offsets([tp]))[tp]
         committed, metadata = await fetch_committed(tp)
         commit_meta = decode_commit_metadata(metadata)
-        self._horizon = self._committed_stream_times = commit_meta.stream_times
+        self._committed_stream_times = commit_meta.stream_times
         visible_next_seq = 0
         task_ids: list[TaskId] = []
         sources: set[str] = set()
@@ -163,6 +173,7 @@ class PartitionRunner:
         unclean = False
         checkpoint_offsets: list[int] = []
         restored_meta = b""
+        tasks: list[Task] = []
         for op in self.operators:
             task_id = TaskId(op.name, tp.topic, tp.partition)
             choice = await newest_restore_point(task_id, self.local, self.replica)
@@ -172,43 +183,46 @@ class PartitionRunner:
             for _ in choice.notes:
                 self.sensor.on_checkpoint_fallback(op.name, tp.partition, "fallback")
             point = choice.point
-            task: Task | None = None
-            if point is not None and committed is not None and point.offset > committed:
+            restored = restore_task(
+                op, tp.partition, [f.payload for f in point.chain] if point else None,
+                point.offset if point else None, committed, log_start,
+            )
+            if restored.outcome is Restore.RESTORED:
+                assert point is not None
+                sources.add(choice.source or "?")
+                unclean = unclean or not point.clean
+                checkpoint_offsets.append(point.offset)
+                restored_meta = restored_meta or point.meta
+            elif restored.outcome is Restore.BEYOND_COMMITTED:
+                assert point is not None
                 log.error(
                     "%s: checkpoint offset %d is beyond the committed offset %d; its outputs "
                     "were never committed, so it is discarded and state is rebuilt",
                     task_id, point.offset, committed,
                 )
-                point = None
-            if point is not None:
-                try:
-                    task = Task.restore(op, tp.partition, [f.payload for f in point.chain])
-                    task.next_offset = point.offset
-                    sources.add(choice.source or "?")
-                    unclean = unclean or not point.clean
-                    checkpoint_offsets.append(point.offset)
-                    restored_meta = restored_meta or point.meta
-                except Exception as exc:  # a payload the engine refuses: rebuild, loudly
-                    log.error("%s: restoring checkpoint seq %d failed (%s); rebuilding from "
-                              "the log start", task_id, point.seq, exc)
-                    self.sensor.on_checkpoint_fallback(op.name, tp.partition, type(exc).__name__)
-                    task = None
-            if task is None:
-                task = Task(op, tp.partition)
-                task.next_offset = log_start
-                if committed is not None and committed > log_start:
-                    # Outputs were committed before, yet no checkpoint is usable: the
-                    # state is rebuilt from what retention still has. Never silently.
-                    log.warning(
-                        "%s: no valid checkpoint; rebuilding from the earliest retained "
-                        "offset %d (committed offset %d)", task_id, log_start, committed,
-                    )
-                    self.sensor.on_checkpoint_fallback(op.name, tp.partition, "earliest")
-            self.tasks.append(task)
+            elif restored.outcome is Restore.REFUSED:
+                assert point is not None and restored.error is not None
+                log.error("%s: restoring checkpoint seq %d failed (%s); rebuilding from "
+                          "the log start", task_id, point.seq, restored.error)
+                self.sensor.on_checkpoint_fallback(op.name, tp.partition,
+                                                   type(restored.error).__name__)
+            if (
+                restored.outcome is not Restore.RESTORED
+                and committed is not None
+                and committed > log_start
+            ):
+                # Outputs were committed before, yet no checkpoint is usable: the
+                # state is rebuilt from what retention still has. Never silently.
+                log.warning(
+                    "%s: no valid checkpoint; rebuilding from the earliest retained "
+                    "offset %d (committed offset %d)", task_id, log_start, committed,
+                )
+                self.sensor.on_checkpoint_fallback(op.name, tp.partition, "earliest")
+            tasks.append(restored.task)
         self.owner_epoch = owner_epoch(visible_next_seq, commit_meta.owner_epoch)
         for task_id in task_ids:
             self.checkpointer.add_task(task_id, self.owner_epoch << EPOCH_BITS)
-        start = min(t.next_offset or 0 for t in self.tasks)
+        start = min(t.next_offset or 0 for t in tasks)
         if start < log_start:
             if self.settings.on_retention_gap is GapPolicy.FAIL:
                 raise RetentionGapError(tp.topic, tp.partition, start, log_start)
@@ -217,13 +231,11 @@ class PartitionRunner:
                 "--on-retention-gap=reset asks; results covering them are incomplete",
                 tp.topic, tp.partition, start, log_start, log_start - start,
             )
-            for task in self.tasks:
+            for task in tasks:
                 task.next_offset = max(task.next_offset or 0, log_start)
-            start = log_start
-        k = start if committed is None else max(committed, start)
+        self.partition_tasks = PartitionTasks(tasks, committed, commit_meta.stream_times)
+        start, k = self.partition_tasks.start, self.replay_until
         self.committed = committed
-        self.position = start
-        self.replay_until = k
         consumer.seek(tp, start)
         self.report = RecoveryReport(
             checkpoint_offset=min(checkpoint_offsets) if checkpoint_offsets else None,
@@ -298,42 +310,21 @@ class PartitionRunner:
 
     def process(self, records: Sequence[SourceRecord]) -> None:
         """Feed one fetched batch (offset order) to every task of the partition."""
-        if records and records[0].offset < self.position:
-            # Fetched before recovery's seek: the same offsets come again; skip them.
-            records = [r for r in records if r.offset >= self.position]
+        outputs = self.partition_tasks.process(records)
+        live = len(records)
         if self.phase is Phase.REPLAYING:
-            k = self.replay_until
-            split = bisect.bisect_left([r.offset for r in records], k)
-            if split:
-                for task in self.tasks:
-                    task.process(self._unseen(task, records[:split]), emit=False,
-                                 horizon_ms=self._horizon.get(task.operator.name))
-                self.position = records[split - 1].offset + 1
+            if self.partition_tasks.replaying:
                 self._replay_progress()
-            records = records[split:]
-            if not records:
                 return
-            self.position = k
+            live -= bisect.bisect_left(records, self.replay_until, key=lambda r: r.offset)
             self._go_live()
-        if not records:
-            return
         partition = self.tp.partition
         pending = self._pending
-        for task in self.tasks:
-            out = task.process(self._unseen(task, records))
+        for task, out in outputs:
             if out.results or out.dead_letters or out.late:
                 pending.extend(to_records(task.operator, partition, out))
                 self._count(task.operator.name, out)
-        self.position = records[-1].offset + 1
-        self._records_since_checkpoint += len(records)
-
-    @staticmethod
-    def _unseen(task: Task, records: Sequence[SourceRecord]) -> Sequence[SourceRecord]:
-        # Tasks of one partition may restore to different offsets; each skips what it has.
-        nxt = task.next_offset
-        if nxt is None or not records or records[0].offset >= nxt:
-            return records
-        return [r for r in records if r.offset >= nxt]
+        self._records_since_checkpoint += live
 
     def _count(self, operator: str, out: Any) -> None:
         p = self.tp.partition
@@ -352,9 +343,10 @@ class PartitionRunner:
     def reached_replay_end(self, position: int) -> None:
         """The consumer is at ``position`` without new records (e.g. only
         transaction markers were left below the committed offset)."""
-        if self.phase is Phase.REPLAYING and position >= self.replay_until:
-            self.position = self.replay_until
-            self._go_live()
+        if self.phase is Phase.REPLAYING:
+            self.partition_tasks.reached(position)
+            if not self.partition_tasks.replaying:
+                self._go_live()
 
     def _replay_progress(self) -> None:
         now = time.monotonic()
@@ -406,8 +398,7 @@ class PartitionRunner:
             # Every output must be acknowledged before the commit: aiokafka may end a
             # transaction while a batch waits to be retried, and that batch would be lost.
             await asyncio.gather(*self._futures)
-            stream_times = {t.operator.name: t.stream_time_ms for t in self.tasks
-                            if t.stream_time_ms is not None}
+            stream_times = self.partition_tasks.stream_times()
             offset, metadata = self.position, self._commit_metadata(stream_times)
         elif (
             prove_ownership

@@ -1,0 +1,152 @@
+"""Recovery of one source partition's tasks: the part that is pure (DESIGN §6).
+
+The worker (``runtime/partition.py``) and the ``TestDriver`` run this same code,
+so what a user tests in-process is what runs on Kafka. The caller does the I/O
+(load checkpoints, read the committed offset and its metadata, fetch records);
+this module decides which state each task starts from, where the replay starts
+and ends, and feeds fetched records through the replay (state only, with the
+replay horizon) into live processing.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from streamremat.core.operator import Operator
+from streamremat.core.records import BatchOutput, SourceRecord
+from streamremat.core.task import Task
+
+__all__ = [
+    "PartitionTasks",
+    "Restore",
+    "TaskRestore",
+    "restore_task",
+]
+
+
+class Restore(enum.Enum):
+    """How a task's starting state was chosen."""
+
+    RESTORED = "restored"
+    #: no checkpoint: the task starts empty at the log start
+    NO_CHECKPOINT = "no_checkpoint"
+    #: the checkpoint's offset is beyond the committed offset: its outputs never
+    #: committed, so it is discarded and state is rebuilt from the log start
+    BEYOND_COMMITTED = "beyond_committed"
+    #: the engine refused the checkpoint (format, or a changed operator definition)
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class TaskRestore:
+    task: Task
+    outcome: Restore
+    #: why the engine refused the checkpoint (``Restore.REFUSED``)
+    error: Exception | None = None
+
+
+def restore_task(
+    operator: Operator,
+    partition: int,
+    payloads: Sequence[bytes] | None,
+    offset: int | None,
+    committed: int | None,
+    log_start: int,
+) -> TaskRestore:
+    """The state a task starts from: its checkpoint chain (``payloads``: one full
+    snapshot, then deltas) at source ``offset``, or an empty task at ``log_start``
+    when there is none, when its offset is beyond the ``committed`` offset, or
+    when the engine refuses it."""
+    outcome = Restore.NO_CHECKPOINT
+    error: Exception | None = None
+    if payloads and offset is not None:
+        if committed is not None and offset > committed:
+            outcome = Restore.BEYOND_COMMITTED
+        else:
+            try:
+                task = Task.restore(operator, partition, payloads)
+            except Exception as exc:  # a payload the engine refuses: rebuild, loudly
+                outcome, error = Restore.REFUSED, exc
+            else:
+                task.next_offset = offset
+                return TaskRestore(task, Restore.RESTORED)
+    task = Task(operator, partition)
+    task.next_offset = log_start
+    return TaskRestore(task, outcome, error)
+
+
+class PartitionTasks:
+    """The tasks of one source partition, from recovery on.
+
+    The replay covers ``[start, replay_until)``: the smallest task offset up to
+    the committed offset, whose outputs were committed before. It advances state
+    and emits nothing; a record all of whose windows close by the stream time at
+    the committed offset (the horizon) is skipped undecoded. From
+    ``replay_until`` on the tasks are live. Tasks of one partition may restore
+    to different offsets; each skips the records it has already seen.
+    """
+
+    def __init__(
+        self, tasks: Sequence[Task], committed: int | None, horizons: Mapping[str, int]
+    ) -> None:
+        self.tasks = list(tasks)
+        #: per operator, the stream time at the committed offset
+        self.horizons = dict(horizons)
+        self.start = min((t.next_offset or 0 for t in self.tasks), default=0)
+        #: the next offset to process: what a commit now would store
+        self.position = self.start
+        self.replay_until = self.start if committed is None else max(committed, self.start)
+
+    @property
+    def replaying(self) -> bool:
+        return self.position < self.replay_until
+
+    def process(self, records: Sequence[SourceRecord]) -> list[tuple[Task, BatchOutput]]:
+        """Feed one fetched batch (offset order) to every task; return each task's
+        output for the records at or after ``replay_until`` (none for the others)."""
+        if records and records[0].offset < self.position:
+            # Fetched before recovery's seek: the same offsets come again; skip them.
+            records = [r for r in records if r.offset >= self.position]
+        if not records:
+            return []
+        if self.position < self.replay_until:
+            k = self.replay_until
+            split = bisect.bisect_left(records, k, key=_offset)
+            if split:
+                replay = records[:split]
+                for task in self.tasks:
+                    task.process(_unseen(task, replay), emit=False,
+                                 horizon_ms=self.horizons.get(task.operator.name))
+                self.position = replay[-1].offset + 1
+            records = records[split:]
+            if not records:
+                return []
+            self.position = k
+        outputs = [(task, task.process(_unseen(task, records))) for task in self.tasks]
+        self.position = records[-1].offset + 1
+        return outputs
+
+    def reached(self, position: int) -> None:
+        """The source has nothing more below ``position`` (e.g. only transaction
+        markers were left below the committed offset): a replay there is over."""
+        if self.position < self.replay_until <= position:
+            self.position = self.replay_until
+
+    def stream_times(self) -> dict[str, int]:
+        """Each task's stream time: committed with the offset, it is the horizon of
+        a replay up to that offset."""
+        return {t.operator.name: st for t in self.tasks if (st := t.stream_time_ms) is not None}
+
+
+def _offset(record: SourceRecord) -> int:
+    return record.offset
+
+
+def _unseen(task: Task, records: Sequence[SourceRecord]) -> Sequence[SourceRecord]:
+    nxt = task.next_offset
+    if nxt is None or not records or records[0].offset >= nxt:
+        return records
+    return [r for r in records if r.offset >= nxt]
