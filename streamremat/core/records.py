@@ -67,7 +67,7 @@ class DeadLetter:
 class LateRecord:
     """An input record that was late for at least one of its windows (DESIGN §4):
     for hopping windows some of its windows may still have taken it; for sliding
-    windows, its own window ``[t - size, t]`` had closed."""
+    windows, its own window ``[t - size, t]`` (``[0, size]`` if ``t < size``) had closed."""
 
     record: SourceRecord
     timestamp_ms: int

@@ -402,9 +402,10 @@ class SlidingState(_KeyedHeapState):
     just after it arrived, and an accumulator holding only its item. A window is
     computed when it closes, from the records that arrived while it was open
     (``seen_at < close time``), by merging their accumulators in arrival order.
-    Windows: ``[t - size, t]`` for every record time ``t`` (if a record at ``t``
-    arrived in time) and ``[t + 1, t + 1 + size]`` when a record at ``t`` and a
-    record inside that range both arrived in time.
+    Windows: a record's left window ``[t - size, t]`` (``[0, size]`` when
+    ``t < size``, as Kafka Streams' ``processEarly``: no negative starts), if a
+    record it is the left window of arrived in time, and ``[t + 1, t + 1 + size]``
+    when a record at ``t`` and a record inside that range both arrived in time.
     """
 
     def __init__(self, agg: Aggregator, size_ms: int, grace_ms: int) -> None:
@@ -423,14 +424,15 @@ class SlidingState(_KeyedHeapState):
             if t + size + 1 + grace <= st:  # every window containing t has closed
                 late.append(i)
                 continue
-            if t + 1 + grace <= st:  # its own window [t - size, t] has closed
+            # Its own (left) window ends at t, or at size for an early record.
+            own_close = (t if t > size else size) + 1 + grace
+            if own_close <= st:  # its own window has closed
                 late.append(i)
             key = keys[i]
             buf = self.buffers.get(key)
             if buf is None:
                 buf = self.buffers[key] = []
             buf.append((t, st, add(zero(), items[i])))
-            own_close = t + 1 + grace
             self._register(key, own_close if own_close > st else t + size + 2 + grace)
             self.dirty.add(key)
         self.stream_time = st
@@ -442,9 +444,10 @@ class SlidingState(_KeyedHeapState):
         size, grace = self.size, self.grace
         wins: dict[tuple[int, int], int] = {}
         for t in {r[0] for r in buf}:
-            left_close = t + 1 + grace
+            start, end = (t - size, t) if t > size else (0, size)
+            left_close = end + 1 + grace
             if after < left_close <= upto:
-                wins[(t - size, t)] = left_close
+                wins[(start, end)] = left_close
             right_close = t + size + 2 + grace
             if after < right_close <= upto:
                 wins[(t + 1, t + 1 + size)] = right_close
@@ -458,7 +461,8 @@ class SlidingState(_KeyedHeapState):
             buf = self.buffers[key]
             for (start, end), close_at in self._closing_windows(buf, after, st).items():
                 content = [r for r in buf if start <= r[0] <= end and r[1] < close_at]
-                created_left = any(r[0] == end for r in content)
+                # [0, size] is the left window of every record at t <= size.
+                created_left = any(r[0] == end or r[0] < size == end for r in content)
                 created_right = bool(content) and any(
                     r[0] == start - 1 and r[1] < close_at for r in buf
                 )
@@ -484,7 +488,10 @@ class SlidingState(_KeyedHeapState):
     def _next_close(self, buf: list[tuple[int, int, Any]], st: int) -> int:
         size, grace = self.size, self.grace
         return min(
-            c for r in buf for c in (r[0] + 1 + grace, r[0] + size + 2 + grace) if c > st
+            c
+            for r in buf
+            for c in ((r[0] if r[0] > size else size) + 1 + grace, r[0] + size + 2 + grace)
+            if c > st
         )
 
     def encode(self, full: bool) -> bytes:

@@ -7,6 +7,7 @@ record was seen; a window is emitted once, when stream time reaches its close ti
 * Tumbling / Hopping: windows ``[start, end)``; close time ``end + grace``.
 * Sliding: windows ``[start, end]`` (inclusive, Kafka Streams ``SlidingWindows``);
   close time ``end + 1 + grace`` ("closed when stream-time > window-end + grace").
+  A record's own window is ``[t - size, t]``, or ``[0, size]`` when ``t < size``.
 * Session: ``[first, last]``; close time ``last + gap + 1 + grace``, so a record
   exactly ``gap`` after the last one still joins the session, as §4 requires.
 """
@@ -65,7 +66,9 @@ class Hopping(Window):
 class Sliding(Window):
     """Kafka Streams ``SlidingWindows``: windows of ``size_ms`` time difference, created
     by records: ``[t - size, t]`` for each record and ``[t + 1, t + 1 + size]`` when a
-    later record falls in it. Bounds are inclusive."""
+    later record falls in it. Bounds are inclusive. No window starts below 0: a
+    record with ``t < size`` goes in ``[0, size]`` instead of ``[t - size, t]``, as
+    Kafka Streams does (``KStreamSlidingWindowAggregate.processEarly``)."""
 
     size_ms: int
     grace_ms: int

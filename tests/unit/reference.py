@@ -9,7 +9,8 @@ beats fast here.
 Close times (smallest stream time at which a window is closed):
 
 * tumbling / hopping ``[start, end)``: ``end + grace``
-* sliding ``[start, end]`` inclusive: ``end + 1 + grace``
+* sliding ``[start, end]`` inclusive: ``end + 1 + grace`` (no window starts below 0:
+  see ``_run_sliding``)
 * session ``[first, last]``: ``last + gap + 1 + grace``
 
 Per record ``t``: stream time becomes ``max(stream time, t)``; the record is
@@ -115,12 +116,19 @@ def _run_fixed(window: RefWindow, records: Sequence[RefRecord], result: ResultFn
 
 
 def _run_sliding(window: RefWindow, records: Sequence[RefRecord], result: ResultFn) -> RefOutput:
-    """Windows are ``[t - size, t]`` for each record time t and ``[t + 1, t + 1 + size]``
-    for each record time t that has a record in that range. A window exists if a
-    record at its end was added to it, or if it holds records and a record at
-    ``start - 1`` was accepted (that record's right window). A window holds every
-    record in its range that arrived while it was open."""
+    """Each record time t has a left window and a right window ``[t + 1, t + 1 + size]``.
+    The left window is ``[t - size, t]``, except that no window starts below 0: a
+    record with ``t < size`` has ``[0, size]`` (Kafka Streams'
+    ``KStreamSlidingWindowAggregate.processEarly`` puts such "early" records in one
+    combined window ``[0, size]``). A window exists if a record whose left window it
+    is was added to it, or if it holds records and a record at ``start - 1`` was
+    accepted (that record's right window). A window holds every record in its range
+    that arrived while it was open."""
     size, grace = window.size, window.grace
+
+    def left(t: int) -> tuple[int, int]:
+        return (t - size, t) if t >= size else (0, size)
+
     out = RefOutput()
     stream_time: int | None = None
     #: key -> accepted records as (arrival index, t, stream time after arrival, item)
@@ -129,16 +137,16 @@ def _run_sliding(window: RefWindow, records: Sequence[RefRecord], result: Result
     for i, (key, t, item) in enumerate(records):
         previous = stream_time
         stream_time = t if stream_time is None else max(stream_time, t)
-        # Windows containing t start in [t - size, t]; the last one closes at t + size + 1 + grace.
+        # Windows containing t end in [t, t + size]; the last one closes at t + size + 1 + grace.
         if t + size + 1 + grace <= stream_time:
             out.late.append(i)  # late for every window containing t: dropped
         else:
-            if t + 1 + grace <= stream_time:
+            if left(t)[1] + 1 + grace <= stream_time:
                 out.late.append(i)  # late for its own (left) window at least
             accepted.setdefault(key, []).append((i, t, stream_time, item))
         closing: list[tuple[int, int, bytes, int, list[tuple[int, Any]]]] = []
         for k, recs in accepted.items():
-            candidates = {(r[1] - size, r[1]) for r in recs}
+            candidates = {left(r[1]) for r in recs}
             candidates |= {(r[1] + 1, r[1] + 1 + size) for r in recs}
             for start, end in candidates:
                 close = end + 1 + grace
@@ -147,7 +155,7 @@ def _run_sliding(window: RefWindow, records: Sequence[RefRecord], result: Result
                     continue
                 assert (k, start) not in emitted
                 members = [(r[0], r[3]) for r in recs if start <= r[1] <= end and r[2] < close]
-                at_end = any(r[1] == end and r[2] < close for r in recs)
+                at_end = any(left(r[1]) == (start, end) and r[2] < close for r in recs)
                 at_left = any(r[1] == start - 1 and r[2] < close for r in recs)
                 if at_end or (members and at_left):
                     emitted.add((k, start))

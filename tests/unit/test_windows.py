@@ -20,6 +20,7 @@ from streamremat import (
     Tumbling,
 )
 from streamremat.testing import TestDriver
+from tests.unit.reference import RefWindow, run_reference
 
 
 def _driver(window: Any, aggregate: Any = None) -> TestDriver:
@@ -91,6 +92,60 @@ def test_sliding_grace_and_late_records() -> None:
         ("k", 96, 106, [1, 3]),  # right window of 95
         ("k", 99, 109, [1]),  # right window of 98; [101, 111] holds nothing: not created
     ]
+
+
+#: Kafka Streams' own expectations for records with t < size ("early" records), from
+#: streams/src/test/.../kstream/internals/KStreamSlidingWindowAggregateTest.java
+#: (apache/kafka, the emit-final cases): (size, grace, records as (value, t),
+#: window start -> the values aggregated in it, in arrival order).
+KAFKA_EARLY_CASES = {
+    "testEarlyRecordsSmallInput": (
+        50, 0, [(1, 0), (2, 5), (3, 6), (4, 3), (5, 13), (6, 10), (7, 70)],
+        {0: [1, 2, 3, 4, 5, 6], 1: [2, 3, 4, 5, 6], 4: [2, 3, 5, 6], 6: [3, 5, 6],
+         7: [5, 6], 11: [5]},
+    ),
+    "testEarlyRecordsRepeatedInput": (
+        5, 0, [(1, 0), (2, 2), (3, 4), (4, 0), (5, 2), (6, 2), (7, 0), (8, 7)],
+        {0: [1, 2, 3, 4, 5, 6, 7], 1: [2, 3, 5, 6]},
+    ),
+    "testEarlyRecordsLargeInput": (
+        10, 1, [(1, 0), (3, 5), (4, 6), (2, 3), (6, 13), (5, 10), (7, 4), (8, 2), (9, 15)],
+        {0: [1, 3, 4, 2], 1: [3, 4, 2], 3: [3, 4, 2, 6, 5, 7]},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(KAFKA_EARLY_CASES))
+def test_sliding_early_records_as_kafka_streams(case: str) -> None:
+    """Records with t < size go in the window [0, size], never one with a negative
+    start; the engine and the reference both give Kafka Streams' own results."""
+    size, grace, records, expected = KAFKA_EARLY_CASES[case]
+    d = _driver(Sliding(size, grace_ms=grace))
+    for v, t in records:
+        d.send("A", {"v": v}, timestamp_ms=t)
+    got = {start: value for _, start, end, value in _out(d) if end == start + size}
+    assert got == expected
+    assert len(_out(d)) == len(expected)
+    ref = run_reference(RefWindow("sliding", size, grace=grace),
+                        [(b"A", t, v) for v, t in records], list)
+    assert {start: value for _, start, _, value in ref.emissions} == expected
+
+
+def test_sliding_record_before_size_has_window_from_zero() -> None:
+    d = _driver(Sliding(10_000), Count())
+    d.send("k", {}, timestamp_ms=3_000)  # Kafka Streams: [0, 10000], not [-7000, 3000]
+    d.send("k", {}, timestamp_ms=9_000)
+    d.send("x", {}, timestamp_ms=10_000)  # [0, 10000] is still open at stream time 10000
+    assert _out(d) == []
+    d.send("k", {}, timestamp_ms=10_001)  # closes it; the left window of 10001 opens
+    d.send("x", {}, timestamp_ms=30_000)
+    assert [e for e in _out(d) if e[0] == "k"] == [
+        ("k", 0, 10_000, 2),
+        ("k", 1, 10_001, 3),  # left window of 10001
+        ("k", 3_001, 13_001, 2),  # right window of 3000: 9000 and 10001
+        ("k", 9_001, 19_001, 1),  # right window of 9000
+    ]
+    assert d.late() == []
 
 
 # -- tumbling ------------------------------------------------------------------------------
