@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from streamremat.dev.broker import BrokerConfig, DevBroker, free_port_pair
+from streamremat.dev.cluster import ClusterConfig, DevCluster, free_port_run
 from streamremat.dev.exceptions import DevBrokerError
 from streamremat.dev.sync import run_sync
 from streamremat.runtime.kafka import TopicSpec, create_topics, delete_topics
@@ -78,6 +79,36 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         if status.started_now:
             broker.stop()
+
+
+@pytest.fixture(scope="session")
+def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    """A 3-node SASL_SSL cluster with ACLs (``dev/cluster.py``), started on first use.
+
+    Users: ``admin`` (super user), ``streamremat`` (every topic, group and
+    transactional id) and ``nowrite`` (no ACL until a test grants some).
+    ``STREAMREMAT_TEST_CLUSTER_PORT`` / ``_DIR`` reuse a cluster of your own,
+    started with those users; it is left running."""
+    port = int(os.environ.get("STREAMREMAT_TEST_CLUSTER_PORT") or free_port_run(6))
+    data_dir = Path(os.environ.get("STREAMREMAT_TEST_CLUSTER_DIR")
+                    or tmp_path_factory.getbasetemp() / f"cluster-{port}")
+    cluster = DevCluster(ClusterConfig(
+        nodes=3, port=port, data_dir=data_dir, security="sasl_ssl", users=("nowrite",),
+        stop_with_parent=True,
+    ))
+    was_running = cluster.running()
+    try:
+        cluster.start()
+    except (DevBrokerError, OSError) as exc:
+        message = f"could not start the 3-node SASL_SSL dev cluster: {exc}"
+        if _in_ci():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    try:
+        yield cluster
+    finally:
+        if not was_running:
+            cluster.stop()
 
 
 @pytest.fixture

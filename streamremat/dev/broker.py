@@ -15,8 +15,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from streamremat.dev.exceptions import BrokerStartError, PortInUseError
 from streamremat.dev.jars import KAFKA_VERSION, default_home, ensure_jars, file_lock, require_tool
@@ -38,6 +40,12 @@ class BrokerConfig:
     ``<home>/broker-<port>``; ``home`` (jar cache and default data root) to
     ``$STREAMREMAT_HOME`` or ``~/.cache/streamremat``. ``stop_with_parent``
     makes the kernel SIGTERM the broker when the starting process dies.
+
+    A node of a multi-node cluster (``cluster.py``) also sets ``node_id``,
+    ``voters`` (every controller's ``(node id, controller port)``), a shared
+    ``cluster_id``, ``overrides`` of the server properties (listeners, security,
+    replication), ``format_args`` for ``kafka-storage format`` (``--add-scram``)
+    and ``ready_client`` (how the readiness probe connects: a KafkaClientConfig).
     """
 
     port: int = DEFAULT_PORT
@@ -49,6 +57,12 @@ class BrokerConfig:
     stop_with_parent: bool = False
     start_timeout_s: float = 60.0
     stop_timeout_s: float = 30.0
+    node_id: int = 1
+    voters: tuple[tuple[int, int], ...] = ()
+    cluster_id: str | None = None
+    overrides: Mapping[str, str] = field(default_factory=dict, repr=False)  # may too
+    format_args: tuple[str, ...] = field(default=(), repr=False)  # may carry passwords
+    ready_client: Any = None
 
     def __post_init__(self) -> None:
         if self.controller_port is None:
@@ -102,11 +116,13 @@ class BrokerConfig:
 
 
 def server_properties(config: BrokerConfig) -> dict[str, str]:
-    """The KRaft single-node broker+controller settings, sized for a laptop/CI box."""
-    return {
+    """The KRaft broker+controller settings, sized for a laptop/CI box: one node
+    unless ``config.voters`` lists the others; ``config.overrides`` win."""
+    voters = config.voters or ((config.node_id, config.cport),)
+    props = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@{HOST}:{config.cport}",
+        "node.id": str(config.node_id),
+        "controller.quorum.voters": ",".join(f"{n}@{HOST}:{p}" for n, p in voters),
         "listeners": f"PLAINTEXT://{HOST}:{config.port},CONTROLLER://{HOST}:{config.cport}",
         "advertised.listeners": f"PLAINTEXT://{HOST}:{config.port}",
         "controller.listener.names": "CONTROLLER",
@@ -138,6 +154,8 @@ def server_properties(config: BrokerConfig) -> dict[str, str]:
         "log.retention.check.interval.ms": "5000",
         "log.retention.hours": "168",
     }
+    props.update(config.overrides)
+    return props
 
 
 def render_properties(props: dict[str, str]) -> str:
@@ -198,21 +216,36 @@ class DevBroker:
             if pid is not None:
                 return BrokerStatus(True, pid, cfg.bootstrap, cfg.server_log)
             began = time.monotonic()
-            java = require_tool("java", "to run the Kafka broker")
-            libs = ensure_jars(cfg.home)
-            for port in (cfg.port, cfg.cport):
-                if _port_open(port):
-                    raise PortInUseError(
-                        f"port {port} on {HOST} is used by another process; "
-                        "pick free ports with --port (controller uses port+1)"
-                    )
-            self._write_config()
-            classpath = f"{libs}/*"
-            self._format_storage(java, classpath)
-            pid = self._launch(java, classpath)
-            self._wait_ready(pid)
+            pid = self.launch()
+            self.wait_ready(pid)
             elapsed = time.monotonic() - began
             return BrokerStatus(True, pid, cfg.bootstrap, cfg.server_log, True, elapsed)
+
+    def launch(self) -> int:
+        """Steps 1-4 of ``start``: a cluster launches every node before waiting (the
+        controllers need a quorum before any node is ready)."""
+        cfg = self.config
+        java = require_tool("java", "to run the Kafka broker")
+        libs = ensure_jars(cfg.home)
+        for port in (cfg.port, cfg.cport):
+            if _port_open(port):
+                raise PortInUseError(
+                    f"port {port} on {HOST} is used by another process; "
+                    "pick free ports with --port (controller uses port+1)"
+                )
+        self._write_config()
+        classpath = f"{libs}/*"
+        self._format_storage(java, classpath)
+        return self._launch(java, classpath)
+
+    def kill(self) -> bool:
+        """SIGKILL the broker (fault tests: no clean shutdown). False if not running."""
+        pid = self._running_pid()
+        if pid is None:
+            return False
+        _signal_group(pid, signal.SIGKILL)
+        _wait_gone(pid, 10.0)
+        return True
 
     def stop(self) -> bool:
         """Stop the broker (SIGTERM, then SIGKILL). Returns False if it was not running."""
@@ -240,6 +273,7 @@ class DevBroker:
         cfg = self.config
         cfg.logs.mkdir(parents=True, exist_ok=True)
         cfg.properties_file.write_text(render_properties(server_properties(cfg)))
+        cfg.properties_file.chmod(0o600)  # a secured node's holds passwords
         cfg.log4j_file.write_text(log4j_properties(cfg))
 
     def _format_storage(self, java: str, classpath: str) -> None:
@@ -248,13 +282,15 @@ class DevBroker:
             return
         tool = [java, "-cp", classpath, f"-Dlog4j.configuration=file:{cfg.log4j_file}"]
         tool.append("kafka.tools.StorageTool")
-        cluster_id = _run_checked([*tool, "random-uuid"]).strip().splitlines()[-1]
-        _run_checked([*tool, "format", "-t", cluster_id, "-c", str(cfg.properties_file)])
+        cluster_id = cfg.cluster_id or _run_checked([*tool, "random-uuid"]).strip().splitlines()[-1]
+        _run_checked([*tool, "format", "-t", cluster_id, "-c", str(cfg.properties_file),
+                      *cfg.format_args])
 
     def _launch(self, java: str, classpath: str) -> int:
         cfg = self.config
         cmd = [
-            java, f"-Xmx{cfg.heap_mb}m", "-Xms256m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            java, f"-Xmx{cfg.heap_mb}m", f"-Xms{min(256, cfg.heap_mb)}m", "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
             "-Djava.awt.headless=true", f"-Dlog4j.configuration=file:{cfg.log4j_file}",
             f"-Dkafka.logs.dir={cfg.logs}", "-cp", classpath,
             "kafka.Kafka", str(cfg.properties_file),
@@ -273,14 +309,15 @@ class DevBroker:
         cfg.pid_file.write_text(f"{proc.pid}\n")
         return proc.pid
 
-    def _wait_ready(self, pid: int) -> None:
+    def wait_ready(self, pid: int) -> None:
+        """Step 5 of ``start``: until the port accepts and a metadata request succeeds."""
         cfg = self.config
         deadline = time.monotonic() + cfg.start_timeout_s
         while time.monotonic() < deadline:
             if not _is_alive(pid):
                 cfg.pid_file.unlink(missing_ok=True)
                 raise BrokerStartError(f"Kafka broker exited during startup.\n{self.log_tail()}")
-            if _port_open(cfg.port) and run_sync(_metadata_ok(cfg.bootstrap)):
+            if _port_open(cfg.port) and run_sync(_metadata_ok(cfg.ready_client or cfg.bootstrap)):
                 return
             time.sleep(0.2)
         self.stop()
@@ -300,8 +337,10 @@ class DevBroker:
 def _run_checked(cmd: list[str]) -> str:
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
+        # --add-scram arguments carry passwords: name the tool, not its arguments.
+        shown = " ".join(a for a in cmd if "password=" not in a)
         raise BrokerStartError(
-            f"command failed (exit {done.returncode}): {' '.join(cmd)}\n{done.stdout}{done.stderr}"
+            f"command failed (exit {done.returncode}): {shown}\n{done.stdout}{done.stderr}"
         )
     return done.stdout
 
@@ -323,7 +362,7 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex((HOST, port)) == 0
 
 
-async def _metadata_ok(bootstrap: str) -> bool:
+async def _metadata_ok(bootstrap: Any) -> bool:
     from streamremat.runtime.kafka import cluster_ready
 
     return await cluster_ready(bootstrap, timeout_s=5.0)

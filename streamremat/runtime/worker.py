@@ -288,7 +288,8 @@ class Worker:
         self.sensor.on_commit(time.monotonic() - started)
         for runner in runners:
             if (
-                self.runners.get(runner.tp) is runner
+                self._fatal is None
+                and self.runners.get(runner.tp) is runner
                 and runner.phase is Phase.LIVE
                 and not runner.has_uncommitted
                 and runner.checkpoint_due()

@@ -25,11 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import (
+    CoordinatorLoadInProgressError,
+    GroupCoordinatorNotAvailableError,
+    NotCoordinatorError,
+)
 
 from streamremat.core.records import Record
 from streamremat.core.task import Task
+from streamremat.runtime.client import KafkaClientConfig
 from streamremat.runtime.kafka import (
     ConsumedRecord,
+    Target,
     admin_client,
     consume_all,
     delete_topics,
@@ -70,14 +77,16 @@ class Recovery:
 
 @dataclass
 class FaultEnv:
-    """One test's topics, names and directories."""
+    """One test's topics, names and directories. On a secured cluster ``bootstrap``
+    is the client config and workers get ``--kafka-config kafka_config``."""
 
-    bootstrap: str
+    bootstrap: Target
     source: str
     partitions: int
     app_name: str
     workdir: Path
     workers: list[WorkerProc] = field(default_factory=list)
+    kafka_config: Path | None = None
 
     @property
     def sink(self) -> str:
@@ -158,9 +167,10 @@ class WorkerProc:
         assert not self.running, f"worker {self.name} already runs"
         log = self.env.workdir / f"worker-{self.name}.run{len(self.logs)}.log"
         self.logs.append(log)
+        connect = (["--kafka-config", str(self.env.kafka_config)] if self.env.kafka_config
+                   else ["--bootstrap", KafkaClientConfig.of(self.env.bootstrap).bootstrap_servers])
         cmd = [
-            sys.executable, "-m", "streamremat", "worker", APP_SPEC,
-            "--bootstrap", self.env.bootstrap,
+            sys.executable, "-m", "streamremat", "worker", APP_SPEC, *connect,
             "--state-dir", str(self.state_dir),
             "--checkpoint-policy", "fixed",
             "--checkpoint-interval", str(self.checkpoint_interval),
@@ -277,7 +287,7 @@ class Feeder:
 
     def __init__(
         self,
-        bootstrap: str,
+        bootstrap: Target,
         topic: str,
         partitions: int,
         *,
@@ -328,8 +338,10 @@ class Feeder:
     async def produce(self, total: int, chunk: int, interval_s: float) -> None:
         """Send ``total`` records in chunks, one chunk every ``interval_s``."""
         producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap, acks="all", enable_idempotence=True,
-            linger_ms=5, max_batch_size=256 * 1024,
+            acks="all", enable_idempotence=True,
+            **KafkaClientConfig.of(self.bootstrap).producer_kwargs(
+                linger_ms=5, max_batch_size=256 * 1024
+            ),
         )
         await producer.start()
         try:
@@ -420,8 +432,17 @@ def assert_same_results(actual: Counter[Result], expected: Counter[Result], logs
 
 
 async def committed_offsets(env: FaultEnv) -> dict[int, int]:
-    async with admin_client(env.bootstrap) as admin:
-        offsets = await admin.list_consumer_group_offsets(env.group)
+    for attempt in range(20):
+        try:
+            async with admin_client(env.bootstrap) as admin:
+                offsets = await admin.list_consumer_group_offsets(env.group)
+            break
+        except (GroupCoordinatorNotAvailableError, NotCoordinatorError,
+                CoordinatorLoadInProgressError):
+            # The offsets topic is still being created, or its leader just moved.
+            if attempt == 19:
+                raise
+            await asyncio.sleep(0.5)
     return {tp.partition: om.offset for tp, om in offsets.items() if tp.topic == env.source}
 
 
