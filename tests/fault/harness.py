@@ -42,7 +42,8 @@ from streamremat.runtime.kafka import (
     delete_topics,
     end_offsets,
 )
-from tests.fault.apps import OPERATOR, make_operator
+from tests.fault.apps import OPERATOR, WINDOW_MS, make_operator
+from tests.unit.reference import RefWindow, run_reference
 
 REPO = Path(__file__).resolve().parents[2]
 APP_SPEC = "tests.fault.apps:app"
@@ -397,6 +398,19 @@ def failure_free(env: FaultEnv, source: dict[int, list[Record]]) -> Expected:
         for d in out.dead_letters:
             dead[f"{env.source}/{p}/{d.record.offset}"] = d.reason
     return Expected(results, dead)
+
+
+def reference_results(source: dict[int, list[Record]]) -> Counter[Result]:
+    """What tests.fault.apps' operator must emit, from the brute-force reference."""
+    out: Counter[Result] = Counter()
+    for records in source.values():
+        ref = run_reference(
+            RefWindow("tumbling", WINDOW_MS),
+            [(r.key or b"", r.timestamp, json.loads(r.value)) for r in records],
+            lambda items: {"n": len(items), "total": sum(i["x"] for i in items)},
+        )
+        out.update((k, s, e, _canon(v)) for k, s, e, v in ref.emissions)
+    return out
 
 
 async def read_results(env: FaultEnv) -> Counter[Result]:

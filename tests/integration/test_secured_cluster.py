@@ -10,10 +10,8 @@
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -30,19 +28,16 @@ from streamremat.runtime.kafka import (
     delete_topics,
     topic_config,
 )
-from tests.fault.apps import WINDOW_MS
 from tests.fault.harness import (
     FaultEnv,
     Feeder,
-    Result,
-    _canon,
     assert_same_results,
     committed_offsets,
     read_results,
     read_source,
+    reference_results,
     wait_caught_up,
 )
-from tests.unit.reference import RefWindow, run_reference
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 PARTITIONS = 3
@@ -64,19 +59,6 @@ def readme_config(cluster: DevCluster, path: Path, user: str = "streamremat",
         assert n == 1, f"README example has no {key}= line"
     path.write_text(block)
     return path
-
-
-def reference_results(source: dict[int, list]) -> Counter[Result]:  # type: ignore[type-arg]
-    """What tests.fault.apps' operator must emit, from the brute-force reference."""
-    out: Counter[Result] = Counter()
-    for records in source.values():
-        ref = run_reference(
-            RefWindow("tumbling", WINDOW_MS),
-            [(r.key or b"", r.timestamp, json.loads(r.value)) for r in records],
-            lambda items: {"n": len(items), "total": sum(i["x"] for i in items)},
-        )
-        out.update((k, s, e, _canon(v)) for k, s, e, v in ref.emissions)
-    return out
 
 
 async def _env(cluster: DevCluster, tmp_path: Path, config: Path) -> FaultEnv:
