@@ -129,6 +129,13 @@ class PartitionTasks:
         self.position = records[-1].offset + 1
         return outputs
 
+    def skip_to(self, offset: int) -> None:
+        """Go on at ``offset``: the source no longer has the offsets below it (a
+        retention gap the worker's policy skips). A replay that ends below it is over."""
+        self.position = max(self.position, offset)
+        for task in self.tasks:
+            task.next_offset = max(task.next_offset or 0, offset)
+
     def reached(self, position: int) -> None:
         """The source has nothing more below ``position`` (e.g. only transaction
         markers were left below the committed offset): a replay there is over."""

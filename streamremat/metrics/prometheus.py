@@ -207,6 +207,14 @@ class PrometheusSensor(Sensor):
             "checkpoint_fallbacks_total", "Invalid checkpoints skipped for older ones.", "reason"
         )
         self._failures = counter("failures_total", "Unclean shutdowns or lost partitions.")
+        self._gap_offsets = counter(
+            "retention_gap_offsets_total",
+            "Source offsets skipped by --on-retention-gap=reset (gone from the source).",
+        )
+        self._missing_commits = counter(
+            "committed_offset_missing_total",
+            "Recoveries that found a checkpoint but no committed offset of the group.",
+        )
         # Bad input and windows.
         self._dead_letters = counter(
             "dead_letters_total", "Records sent to the dead-letter topic.", "reason"
@@ -239,6 +247,8 @@ class PrometheusSensor(Sensor):
                 self._replayed,
                 self._replay_seconds,
                 self._failures,
+                self._gap_offsets,
+                self._missing_commits,
             ):
                 task.child(metric)
         return task
@@ -311,6 +321,12 @@ class PrometheusSensor(Sensor):
 
     def on_failure_detected(self, operator: str, partition: int) -> None:
         self._task(operator, partition).child(self._failures).inc()
+
+    def on_retention_gap(self, operator: str, partition: int, skipped: int) -> None:
+        self._task(operator, partition).child(self._gap_offsets).inc(skipped)
+
+    def on_committed_offset_missing(self, operator: str, partition: int) -> None:
+        self._task(operator, partition).child(self._missing_commits).inc()
 
     def on_dead_letter(self, operator: str, partition: int, reason_class: str) -> None:
         self._task(operator, partition).child(self._dead_letters, reason_class).inc()

@@ -233,6 +233,14 @@ class Sensor:
     def on_failure_detected(self, operator: str, partition: int) -> None:
         """An unclean shutdown or lost partition was detected for this task."""
 
+    def on_retention_gap(self, operator: str, partition: int, skipped: int) -> None:
+        """`--on-retention-gap=reset` skipped `skipped` source offsets the task needed
+        but the source no longer has (retention or DeleteRecords removed them)."""
+
+    def on_committed_offset_missing(self, operator: str, partition: int) -> None:
+        """A checkpoint exists but the group has no committed offset (expired or
+        deleted): outputs after the checkpoint may be emitted a second time."""
+
     # Bad input and windows.
     def on_dead_letter(self, operator: str, partition: int, reason_class: str) -> None:
         """One record went to the dead-letter topic."""

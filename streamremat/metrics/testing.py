@@ -19,6 +19,8 @@ def exercise_every_hook(sensor: Sensor, operator: str = "counts", partition: int
     sensor.on_restore(operator, partition, 0.8, "local")
     sensor.on_checkpoint_fallback(operator, partition, "ChecksumMismatch")
     sensor.on_failure_detected(operator, partition)
+    sensor.on_committed_offset_missing(operator, partition)
+    sensor.on_retention_gap(operator, partition, 1_000)
     sensor.on_replay_progress(operator, partition, 0, 50_000)
     sensor.on_replay(operator, partition, 50_000, 2.5)
     sensor.on_replay_progress(operator, partition, 50_000, 50_000)

@@ -10,20 +10,49 @@ class WorkerError(StreamrematError):
 
 
 class RetentionGapError(WorkerError):
-    """A checkpoint's offset is below the partition's log start: retention already
-    deleted records that replay needs."""
+    """Offsets a task needs are below the partition's log start: retention (or
+    DeleteRecords) already removed records that were never processed, or that a
+    replay needs. ``expected`` is the first offset the task needs, ``log_start``
+    the first one the partition still has; ``what`` names ``expected``."""
 
-    def __init__(self, topic: str, partition: int, checkpoint_offset: int, log_start: int) -> None:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        expected: int,
+        log_start: int,
+        what: str = "checkpoint offset",
+    ) -> None:
         super().__init__(
-            f"{topic}[{partition}]: checkpoint offset {checkpoint_offset} is below the log start "
-            f"offset {log_start}: retention deleted {log_start - checkpoint_offset} records that "
-            "replay needs. Raise the topic's retention.ms (or lower the checkpoint interval), or "
-            "run with --on-retention-gap=reset to skip them explicitly"
+            f"{topic}[{partition}]: {what} {expected} is below the log start offset "
+            f"{log_start}: the source no longer has offsets [{expected}, {log_start}) "
+            f"({log_start - expected} records) that this task needs. Nothing after them "
+            "is processed or committed. Raise the topic's retention.ms (or lower the "
+            "checkpoint interval), or run with --on-retention-gap=reset to skip them "
+            "explicitly (logged and counted)"
         )
         self.topic = topic
         self.partition = partition
-        self.checkpoint_offset = checkpoint_offset
+        self.expected = expected
         self.log_start = log_start
+
+
+class LogTruncatedError(WorkerError):
+    """A partition's position is beyond its log end: the log lost records the group
+    already processed (an unclean leader election, or the topic was re-created)."""
+
+    def __init__(self, topic: str, partition: int, expected: int, log_end: int) -> None:
+        super().__init__(
+            f"{topic}[{partition}]: the next offset to read, {expected}, is beyond the log "
+            f"end offset {log_end}: the partition lost records this group already "
+            "processed (unclean leader election, or the topic was deleted and created "
+            "again). --on-retention-gap does not apply: the offsets would now name other "
+            "records. Use a new --group-id and state dir to start over on this topic"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.expected = expected
+        self.log_end = log_end
 
 
 class FencedError(WorkerError):

@@ -34,10 +34,10 @@ from streamremat.runtime.commit_meta import (
     decode_commit_metadata,
     encode_commit_metadata,
 )
-from streamremat.runtime.exceptions import RetentionGapError
+from streamremat.runtime.gaps import check_restart
 from streamremat.runtime.outputs import BatchSender, OutRecord, to_records
 from streamremat.runtime.scheduling import CheckpointScheduler
-from streamremat.runtime.settings import GapPolicy, WorkerSettings
+from streamremat.runtime.settings import WorkerSettings
 from streamremat.state.base import CheckpointStore
 from streamremat.state.frame import TaskId
 from streamremat.state.restore import newest_restore_point
@@ -154,9 +154,11 @@ class PartitionRunner:
            empty at the partition's log start offset. This owner's seq epoch is
            above the committed one and every seq seen (``owner_epoch``); it is
            committed before the first checkpoint is written.
-        3. ``c`` = the smallest task offset. A ``c`` below the log start offset is
-           a retention gap: ``fail`` raises, ``reset`` skips the lost records.
-           A checkpoint beyond ``k`` (its outputs never committed) is discarded.
+        3. ``c`` = the smallest task offset. A ``c`` below the log start offset, or
+           a ``k`` below it while a task has no usable checkpoint, is a retention gap
+           (``gaps.check_restart``): ``fail`` raises, ``reset`` skips the lost records.
+           A checkpoint beyond ``k`` (its outputs never committed) is discarded; a
+           checkpoint without any ``k`` (the group's offsets expired) is said so.
         4. Seek to ``c``; records in ``[c, k)`` are replayed without output, and
            from ``k`` on the partition is live. A checkpoint follows soon after.
         """
@@ -222,17 +224,7 @@ class PartitionRunner:
         self.owner_epoch = owner_epoch(visible_next_seq, commit_meta.owner_epoch)
         for task_id in task_ids:
             self.checkpointer.add_task(task_id, self.owner_epoch << EPOCH_BITS)
-        start = min(t.next_offset or 0 for t in tasks)
-        if start < log_start:
-            if self.settings.on_retention_gap is GapPolicy.FAIL:
-                raise RetentionGapError(tp.topic, tp.partition, start, log_start)
-            log.warning(
-                "%s[%d]: retention gap: skipping offsets [%d, %d) (%d records) as "
-                "--on-retention-gap=reset asks; results covering them are incomplete",
-                tp.topic, tp.partition, start, log_start, log_start - start,
-            )
-            for task in tasks:
-                task.next_offset = max(task.next_offset or 0, log_start)
+        check_restart(self, tasks, committed, log_start, min(checkpoint_offsets, default=None))
         self.partition_tasks = PartitionTasks(tasks, committed, commit_meta.stream_times)
         start, k = self.partition_tasks.start, self.replay_until
         self.committed = committed
@@ -279,8 +271,12 @@ class PartitionRunner:
                                            report.replayed)
             self.sensor.on_replay(op.name, self.tp.partition, report.replayed, report.replay_s)
         # A group that never committed has no committed offset: say where it starts.
-        committed = (f"committed offset {report.committed_offset}" if self.committed is not None
-                     else f"committed offset none (new group, from offset {report.start_offset})")
+        committed = (
+            f"committed offset {report.committed_offset}" if self.committed is not None
+            else f"committed offset none (new group: starting at log start {report.start_offset})"
+            if report.checkpoint_offset is None
+            else f"committed offset none (starting at checkpoint offset {report.start_offset})"
+        )
         log.info(
             "%s[%d]: recovered: checkpoint offset %s, %s, replayed %d records "
             "in %.3f s (%.0f records/s), restore %.3f s from %s%s",
@@ -339,6 +335,17 @@ class PartitionRunner:
             self.sensor.on_dead_letter(operator, p, dead.stage)
         if out.late:
             self.sensor.on_late(operator, p, len(out.late))
+
+    @property
+    def operator_names(self) -> list[str]:
+        return [op.name for op in self.operators]
+
+    def skip_to(self, offset: int) -> None:
+        """Go on at ``offset``: the source no longer has the offsets below it
+        (``--on-retention-gap=reset``, after ``gaps.apply_gap_policy``)."""
+        self.partition_tasks.skip_to(offset)
+        if self.phase is Phase.REPLAYING and not self.partition_tasks.replaying:
+            self._go_live()
 
     def reached_replay_end(self, position: int) -> None:
         """The consumer is at ``position`` without new records (e.g. only

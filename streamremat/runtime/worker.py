@@ -21,6 +21,7 @@ from aiokafka.errors import IllegalStateError, InvalidProducerEpoch, KafkaError,
 
 from streamremat.core.operator import App, Operator
 from streamremat.metrics.sensor import Sensor
+from streamremat.runtime import gaps
 from streamremat.runtime.access import AUTHORIZATION_ERRORS, access_denied, check_connection
 from streamremat.runtime.exceptions import KafkaAccessError, WorkerError
 from streamremat.runtime.kafka import (
@@ -154,7 +155,9 @@ class Worker:
         self._consumer = AIOKafkaConsumer(
             group_id=self.group_id,
             enable_auto_commit=False,
-            auto_offset_reset="earliest",
+            # Never move a position by itself: a fetch outside the log raises, and
+            # runtime/gaps.py applies --on-retention-gap (DESIGN §5).
+            auto_offset_reset="none",
             isolation_level="read_committed",
             **client.consumer_kwargs(
                 client_id=f"streamremat-{s.worker_id}",
@@ -219,7 +222,13 @@ class Worker:
             if self._to_recover:
                 async with self._lock:
                     await self._recover_assigned()
-            batches = await consumer.getmany(timeout_ms=100, max_records=s.max_batch_records)
+            try:
+                batches = await consumer.getmany(timeout_ms=100, max_records=s.max_batch_records)
+            except gaps.POSITION_ERRORS as exc:  # never reset: see runtime/gaps.py
+                async with self._lock:
+                    await gaps.position_error(self._consumer, self.runners, exc,
+                                              s.on_retention_gap, self.sensor)
+                continue
             async with self._lock:
                 if self._fatal is not None:
                     break
@@ -235,6 +244,9 @@ class Worker:
 
     async def _process(self, batches: dict[TopicPartition, list[Any]]) -> None:
         started = time.monotonic()
+        firsts = {tp: records[0].offset for tp, records in batches.items() if records}
+        await gaps.check_jumps(self._consumer, self.runners, firsts,
+                               self.settings.on_retention_gap, self.sensor)
         for tp, records in batches.items():
             runner = self.runners.get(tp)
             if runner is None or runner.phase not in (Phase.REPLAYING, Phase.LIVE):
@@ -244,7 +256,11 @@ class Worker:
                 self.sensor.on_records_in(op.name, tp.partition, len(records))
         for tp, runner in list(self.runners.items()):
             if runner.phase is Phase.REPLAYING and tp not in batches:
-                runner.reached_replay_end(await self._consumer.position(tp))
+                position = await self._consumer.position(tp)
+                if position >= runner.replay_until > runner.position:  # past markers only?
+                    await gaps.check_jumps(self._consumer, self.runners, {tp: position},
+                                           self.settings.on_retention_gap, self.sensor)
+                runner.reached_replay_end(position)
             if runner.phase is Phase.LIVE:
                 await self._guard(runner, runner.flush())
         if batches:

@@ -53,7 +53,8 @@ Result = tuple[bytes, int, int, str]
 
 RECOVERED = re.compile(
     r"(?P<topic>\S+)\[(?P<partition>\d+)\]: recovered: checkpoint offset (?P<checkpoint>\S+), "
-    r"committed offset (?P<committed>\d+), replayed (?P<replayed>\d+) records in "
+    r"committed offset (?:(?P<committed>\d+)|none \([^)]*?(?P<start>\d+)\)), "
+    r"replayed (?P<replayed>\d+) records in "
     r"(?P<replay_s>[\d.]+) s \((?P<rate>\d+) records/s\), restore (?P<restore_s>[\d.]+) s "
     r"from (?P<source>\S+)(?P<unclean> after an unclean stop)?"
 )
@@ -228,7 +229,8 @@ class WorkerProc:
                 found.append(Recovery(
                     worker=self.name, run=i, partition=int(m["partition"]),
                     checkpoint_offset=None if ck == "None" else int(ck),
-                    committed_offset=int(m["committed"]), replayed=int(m["replayed"]),
+                    committed_offset=int(m["committed"] or m["start"]),
+                    replayed=int(m["replayed"]),
                     replay_s=float(m["replay_s"]), rate=float(m["rate"]),
                     restore_s=float(m["restore_s"]), source=m["source"],
                     unclean=bool(m["unclean"]),

@@ -139,6 +139,19 @@ def test_recovery_hooks(sensor: PrometheusSensor, registry: CollectorRegistry) -
     assert registry.get_sample_value("streamremat_restore_duration_seconds_sum", restore) == 1.5
 
 
+def test_gap_and_missing_commit_hooks(
+    sensor: PrometheusSensor, registry: CollectorRegistry
+) -> None:
+    sensor.on_task_assigned("counts", 0)
+    assert value(registry, "streamremat_retention_gap_offsets_total") == 0
+    assert value(registry, "streamremat_committed_offset_missing_total") == 0
+    sensor.on_retention_gap("counts", 0, 1000)
+    sensor.on_retention_gap("counts", 0, 24)
+    sensor.on_committed_offset_missing("counts", 0)
+    assert value(registry, "streamremat_retention_gap_offsets_total") == 1024
+    assert value(registry, "streamremat_committed_offset_missing_total") == 1
+
+
 def test_bad_input_and_window_hooks(sensor: PrometheusSensor, registry: CollectorRegistry) -> None:
     sensor.on_dead_letter("counts", 0, "DecodeError")
     sensor.on_dead_letter("counts", 0, "DecodeError")

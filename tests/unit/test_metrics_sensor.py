@@ -41,6 +41,8 @@ def test_the_interface_covers_the_runtime_events() -> None:
                 "on_replay_progress",
                 "on_checkpoint_fallback",
                 "on_failure_detected",
+                "on_retention_gap",
+                "on_committed_offset_missing",
                 "on_dead_letter",
                 "on_late",
                 "on_open_windows",
