@@ -13,7 +13,7 @@ from typing import Any
 
 import xxhash
 
-from streamremat.core.aggregators import Composite, Count
+from streamremat.core.aggregators import Aggregator, Composite, Count
 from streamremat.core.codec import (
     read_svarint,
     read_uvarint,
@@ -21,9 +21,11 @@ from streamremat.core.codec import (
     write_uvarint,
 )
 from streamremat.core.exceptions import BadRecord, StateFormatError
+from streamremat.core.keyed_state import SessionState, SlidingState
 from streamremat.core.operator import Operator
 from streamremat.core.records import BatchOutput, DeadLetter, LateRecord, SourceRecord
-from streamremat.core.window_state import NO_TIME, make_window_state
+from streamremat.core.window_state import NO_TIME, FixedWindowState, WindowState
+from streamremat.core.windows import Hopping, Session, Sliding, Tumbling, Window
 
 STATE_MAGIC = b"SRS"
 STATE_VERSION = 1
@@ -47,7 +49,7 @@ class Task:
     def __init__(self, operator: Operator, partition: int = 0) -> None:
         self.operator = operator
         self.partition = partition
-        self.state = make_window_state(operator.window, operator.aggregator)
+        self.state = _window_state(operator.window, operator.aggregator)
         #: the next source offset to read: the offset a checkpoint taken now restores to.
         self.next_offset: int | None = None
         self._fingerprint = state_fingerprint(operator)
@@ -285,3 +287,16 @@ def _as_millis(t: Any) -> int:
     if isinstance(t, float) and t.is_integer():
         return int(t)
     raise ValueError(f"timestamp must be an int of milliseconds, got {t!r}")
+
+
+def _window_state(window: Window, agg: Aggregator) -> WindowState:
+    """The state class for a window definition."""
+    if isinstance(window, Tumbling):
+        return FixedWindowState(agg, window.size_ms, window.size_ms, window.grace_ms)
+    if isinstance(window, Hopping):
+        return FixedWindowState(agg, window.size_ms, window.advance_ms, window.grace_ms)
+    if isinstance(window, Sliding):
+        return SlidingState(agg, window.size_ms, window.grace_ms)
+    if isinstance(window, Session):
+        return SessionState(agg, window.gap_ms, window.grace_ms)
+    raise TypeError(f"unknown window type {type(window).__name__}")
