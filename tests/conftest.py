@@ -89,12 +89,13 @@ def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevClus
     transactional id) and ``nowrite`` (no ACL until a test grants some).
     ``STREAMREMAT_TEST_CLUSTER_PORT`` / ``_DIR`` reuse a cluster of your own,
     started with those users; it is left running."""
-    port = int(os.environ.get("STREAMREMAT_TEST_CLUSTER_PORT") or free_port_run(6))
+    own = os.environ.get("STREAMREMAT_TEST_CLUSTER_PORT")
+    port = int(own or free_port_run(6))
     data_dir = Path(os.environ.get("STREAMREMAT_TEST_CLUSTER_DIR")
                     or tmp_path_factory.getbasetemp() / f"cluster-{port}")
     cluster = DevCluster(ClusterConfig(
         nodes=3, port=port, data_dir=data_dir, security="sasl_ssl", users=("nowrite",),
-        stop_with_parent=True,
+        stop_with_parent=not own,  # a node a fault test restarts must outlive this session
     ))
     was_running = cluster.running()
     try:

@@ -25,6 +25,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import for_code
+from aiokafka.protocol.metadata import MetadataRequest
 
 from streamremat.runtime.client import KafkaClientConfig
 
@@ -417,22 +418,30 @@ def _topic_errors(response: Any) -> list[tuple[str, int, str | None]]:
 
 
 async def _wait_for_leaders(admin: Any, wanted: Mapping[str, int], wait_s: float) -> None:
+    """Until every live broker's metadata has each topic with a leader per partition:
+    on a cluster, a client asking another broker right after creation would
+    otherwise be told the topic does not exist."""
     deadline = time.monotonic() + wait_s
-    while True:
-        described = await admin.describe_topics(list(wanted))
-        ready = {
-            t["topic"]
-            for t in described
-            if t["error_code"] == _NO_ERROR
-            and len(t["partitions"]) >= wanted[t["topic"]]
-            and all(p["leader"] >= 0 for p in t["partitions"])
-        }
-        if ready >= set(wanted):
-            return
-        if time.monotonic() > deadline:
-            missing = sorted(set(wanted) - ready)
-            raise KafkaAdminError(f"topics {missing} have no leader after {wait_s} s")
-        await asyncio.sleep(0.05)
+    nodes = [b["node_id"] for b in (await admin.describe_cluster()).get("brokers") or ()]
+    request = MetadataRequest(list(wanted), False)
+    for node in nodes or [None]:
+        while True:
+            described = (await admin._send_request(request, node_id=node)).to_object()["topics"]
+            ready = {
+                t["topic"]
+                for t in described
+                if t["error_code"] == _NO_ERROR
+                and len(t["partitions"]) >= wanted[t["topic"]]
+                and all(p["leader"] >= 0 for p in t["partitions"])
+            }
+            if ready >= set(wanted):
+                break
+            if time.monotonic() > deadline:
+                missing = sorted(set(wanted) - ready)
+                raise KafkaAdminError(
+                    f"topics {missing} have no leader on broker {node} after {wait_s} s"
+                )
+            await asyncio.sleep(0.05)
 
 
 __all__ = [

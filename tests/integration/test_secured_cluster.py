@@ -10,7 +10,11 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import re
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -19,7 +23,6 @@ import pytest
 from streamremat.dev.acls import Acl, app_acls, create_acls
 from streamremat.dev.certs import make_ca
 from streamremat.dev.cluster import DevCluster
-from streamremat.runtime.client import KafkaClientConfig
 from streamremat.runtime.kafka import (
     TopicSpec,
     admin_client,
@@ -29,6 +32,7 @@ from streamremat.runtime.kafka import (
     topic_config,
 )
 from tests.fault.harness import (
+    APP_SPEC,
     FaultEnv,
     Feeder,
     assert_same_results,
@@ -89,6 +93,16 @@ async def test_worker_on_sasl_ssl_cluster_matches_reference(
         assert_same_results(await read_results(env), expected, env.dump_logs())
         log = worker.log_text()
         assert secure_cluster.password("streamremat") not in log
+
+        # `tune` reads the replica through the same config (its state dir is empty).
+        tune = subprocess.run(
+            [sys.executable, "-m", "streamremat", "tune", APP_SPEC, "--kafka-config", str(config),
+             "--state-dir", str(tmp_path / "empty")],
+            env=env.worker_env(), capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert tune.returncode == 0, tune.stderr
+        assert f"sums:{env.source}:0" in tune.stdout, tune.stdout
+        assert "read from the replica topic" in tune.stdout, tune.stdout
 
         async with admin_client(env.bootstrap) as admin:
             described = await admin.describe_topics([env.sink, env.checkpoint_topic])
@@ -152,8 +166,53 @@ async def test_access_errors_are_clear_fatal_and_commit_nothing(
         await delete_topics(admin, [env.source, env.sink])
 
 
-async def test_every_sasl_mechanism_connects(secure_cluster: DevCluster) -> None:
-    for mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
-        client: KafkaClientConfig = secure_cluster.client("streamremat", mechanism)
+async def test_every_sasl_mechanism_and_a_client_certificate_connect(
+    secure_cluster: DevCluster,
+) -> None:
+    tls = secure_cluster.tls
+    clients = [secure_cluster.client("streamremat", m)
+               for m in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")]
+    clients.append(secure_cluster.client(ssl_certfile=str(tls.client_cert),
+                                         ssl_keyfile=str(tls.client_key)))
+    for client in clients:
         async with admin_client(client) as admin:
-            assert len((await admin.describe_cluster())["brokers"]) == 3, mechanism
+            assert len((await admin.describe_cluster())["brokers"]) == 3, client.describe()
+
+
+async def test_loadgen_produces_through_the_config_file(
+    secure_cluster: DevCluster, tmp_path: Path
+) -> None:
+    config = readme_config(secure_cluster, tmp_path / "secured.properties")
+    topic = f"sec-load-{uuid.uuid4().hex[:8]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMREMAT_")}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "streamremat", "loadgen", "--kafka-config", str(config),
+             "--topic", topic, "--partitions", "2", "--events", "500", "--rate", "0"],
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        records = await consume_all(secure_cluster.client(), topic,
+                                    isolation_level="read_uncommitted")
+        assert len(records) == 500
+    finally:
+        await delete_topics(secure_cluster.client("admin"), [topic])
+
+
+async def test_existing_topic_with_fewer_replicas_is_named_in_a_warning(
+    secure_cluster: DevCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    admin = secure_cluster.client("admin")
+    low, fresh = (f"sec-rf-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    try:
+        await create_topics(admin, [TopicSpec(low, 1, replication_factor=1)])
+        with caplog.at_level(logging.WARNING, logger="streamremat.kafka"):
+            created = await create_topics(admin, [TopicSpec(low, 1), TopicSpec(fresh, 1)])
+        assert created == [fresh]
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any(f"{low!r} exists with replication factor 1, below the 3 asked" in w
+                   for w in warnings), warnings
+        assert not any(fresh in w for w in warnings)
+        assert (await topic_config(admin, fresh))["min.insync.replicas"] == "2"
+    finally:
+        await delete_topics(admin, [low, fresh])
