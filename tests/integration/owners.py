@@ -70,10 +70,12 @@ async def sink_results(bootstrap: str, sink: str) -> collections.Counter[Any]:
 
 
 def settings(bootstrap: str, state_dir: Path) -> WorkerSettings:
-    # Checkpoints happen when the test says, never on their own.
+    # Checkpoints happen when the test says, never on their own; a chain turns
+    # full only when the test wants it (the whole tiny state is dirty every time).
     return WorkerSettings(bootstrap_servers=bootstrap, state_dir=str(state_dir),
                           session_timeout_ms=6_000,
-                          checkpoints=CheckpointSettings(policy="fixed", interval_s=3600))
+                          checkpoints=CheckpointSettings(policy="fixed", interval_s=3600,
+                                                         full_after_delta_ratio=100.0))
 
 
 @dataclass
@@ -83,11 +85,13 @@ class Owner:
     consumer: Any
     admin: Any
     local: RocksDBCheckpointStore
+    replica: CheckpointStore | None
 
     @classmethod
     async def take_over(cls, bootstrap: str, op: Operator, group: str, state_dir: Path,
                         replica: CheckpointStore | None) -> Owner:
-        """Fence the previous owner (init_transactions) and recover the partition."""
+        """Fence the previous owner (init_transactions) and recover the partition.
+        The owner closes ``replica`` when it closes."""
         tp = TopicPartition(op.source, 0)
         s = settings(bootstrap, state_dir)
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap,
@@ -118,7 +122,7 @@ class Owner:
             return int(found.offset), str(found.metadata or "")
 
         await runner.recover(consumer, fetch_committed)
-        return cls(runner, producer, consumer, admin, local)
+        return cls(runner, producer, consumer, admin, local, replica)
 
     async def run_to(self, offset: int) -> None:
         """Process (replay, then live) up to ``offset`` and commit."""
@@ -146,3 +150,5 @@ class Owner:
         await self.consumer.stop()
         await self.admin.close()
         await self.local.close()
+        if self.replica is not None:
+            await self.replica.close()
