@@ -36,7 +36,7 @@ from streamremat.runtime.commit_meta import (
 )
 from streamremat.runtime.gaps import check_restart
 from streamremat.runtime.outputs import BatchSender, OutRecord, to_records
-from streamremat.runtime.scheduling import CheckpointScheduler
+from streamremat.runtime.scheduling import CheckpointScheduler, decode_meta, downtime_sample
 from streamremat.runtime.settings import WorkerSettings
 from streamremat.state.base import CheckpointStore
 from streamremat.state.frame import TaskId
@@ -87,7 +87,6 @@ class PartitionRunner:
         scheduler: CheckpointScheduler,
         sensor: Sensor,
         retention_s: float | None = None,
-        last_alive_s: float | None = None,
     ) -> None:
         self.tp = tp
         self.operators = list(operators)
@@ -99,8 +98,9 @@ class PartitionRunner:
         self.replica = replica
         self.scheduler = scheduler
         self.retention_s = retention_s
-        #: wall time this state dir's previous worker was last seen alive (after a crash)
-        self.last_alive_s = last_alive_s
+        #: wall time the previous owner was last seen alive for this partition (its
+        #: last commit or checkpoint), to measure the downtime after an unclean stop
+        self.previous_alive_s: float | None = None
         #: this owner's checkpoint seq epoch (see ``owner_epoch``), set by ``recover``
         self.owner_epoch = 0
         #: the epoch is in the committed metadata: from now on checkpoints may be written
@@ -168,6 +168,7 @@ class PartitionRunner:
         committed, metadata = await fetch_committed(tp)
         commit_meta = decode_commit_metadata(metadata)
         self._committed_stream_times = commit_meta.stream_times
+        alive_ms = [commit_meta.at_ms] if commit_meta.at_ms is not None else []
         visible_next_seq = 0
         task_ids: list[TaskId] = []
         sources: set[str] = set()
@@ -195,6 +196,8 @@ class PartitionRunner:
                 unclean = unclean or not point.clean
                 checkpoint_offsets.append(point.offset)
                 restored_meta = restored_meta or point.meta
+                wall_ms, _ = decode_meta(point.meta)
+                alive_ms.extend([wall_ms] if wall_ms is not None else [])
             elif restored.outcome is Restore.BEYOND_COMMITTED:
                 assert point is not None
                 log.error(
@@ -224,6 +227,7 @@ class PartitionRunner:
         self.owner_epoch = owner_epoch(visible_next_seq, commit_meta.owner_epoch)
         for task_id in task_ids:
             self.checkpointer.add_task(task_id, self.owner_epoch << EPOCH_BITS)
+        self.previous_alive_s = max(alive_ms) / 1000 if alive_ms else None
         check_restart(self, tasks, committed, log_start, min(checkpoint_offsets, default=None))
         self.partition_tasks = PartitionTasks(tasks, committed, commit_meta.stream_times)
         start, k = self.partition_tasks.start, self.replay_until
@@ -265,7 +269,8 @@ class PartitionRunner:
         self.phase = Phase.LIVE
         self._checkpoint_soon = True
         rate = report.replayed / report.replay_s if report.replay_s > 0 else 0.0
-        self.scheduler.recovered(self._downtime_s(report), report.replayed, report.replay_s)
+        downtime_s = self._downtime_s(report)
+        self.scheduler.recovered(downtime_s, report.replayed, report.replay_s)
         for op in self.operators:
             self.sensor.on_replay_progress(op.name, self.tp.partition, report.replayed,
                                            report.replayed)
@@ -279,28 +284,34 @@ class PartitionRunner:
         )
         log.info(
             "%s[%d]: recovered: checkpoint offset %s, %s, replayed %d records "
-            "in %.3f s (%.0f records/s), restore %.3f s from %s%s",
+            "in %.3f s (%.0f records/s), restore %.3f s from %s%s, downtime %.1f s",
             self.tp.topic, self.tp.partition, report.checkpoint_offset, committed,
             report.replayed, report.replay_s, rate, report.restore_s, report.source or "nothing",
-            " after an unclean stop" if report.unclean else "",
+            " after an unclean stop" if report.unclean else "", downtime_s,
             extra={
                 "event": "recovery", "topic": self.tp.topic, "partition": self.tp.partition,
                 "checkpoint_offset": report.checkpoint_offset,
                 "committed_offset": report.committed_offset, "replayed": report.replayed,
                 "replay_s": report.replay_s, "restore_s": report.restore_s,
-                "source": report.source, "unclean": report.unclean,
+                "source": report.source, "unclean": report.unclean, "downtime_s": downtime_s,
             },
         )
 
     def _downtime_s(self, report: RecoveryReport) -> float:
-        """D: from the failure until the state was restored. After a crash on this
-        machine the previous worker's last sign of life is known; otherwise detection
-        took about the group's session timeout."""
+        """D: from the failure until the state was restored (see ``downtime_sample``)."""
         if not report.unclean:
             return report.restore_s
-        if self.last_alive_s is not None and 0 < self._restored_wall - self.last_alive_s < 3600:
-            return self._restored_wall - self.last_alive_s
-        return self.settings.session_timeout_ms / 1000 + report.restore_s
+        downtime_s, plausible = downtime_sample(
+            self._restored_wall, self.previous_alive_s, report.restore_s,
+            self.settings.session_timeout_ms / 1000, self.settings.commit_interval_s,
+        )
+        if not plausible:
+            log.info("%s[%d]: the previous owner's last sign of life is %s; downtime taken as "
+                     "the session timeout plus restore, %.1f s", self.tp.topic,
+                     self.tp.partition, "unknown" if self.previous_alive_s is None else
+                     f"{self._restored_wall - self.previous_alive_s:.0f} s old (implausible)",
+                     downtime_s)
+        return downtime_s
 
     # -- processing -------------------------------------------------------------
 

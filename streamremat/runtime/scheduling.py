@@ -35,6 +35,29 @@ def decode_meta(meta: bytes) -> tuple[int | None, bytes]:
     return wall_ms, meta[_META_HEAD.size :]
 
 
+#: A sample of D is plausible up to this many (session timeout + commit interval)
+#: past the previous owner's last sign of life, plus the restore: a failure is
+#: noticed within one session timeout, an owner with input commits at least every
+#: commit interval, and a rebalance that waits for other members takes a few more
+#: session timeouts. A longer gap is idle time (no input, so no commits) or an
+#: outage of the whole app: neither says how long a failover takes.
+PLAUSIBLE_DETECTIONS = 6
+
+
+def downtime_sample(restored_s: float, last_alive_s: float | None, restore_s: float,
+                    session_timeout_s: float, commit_interval_s: float) -> tuple[float, bool]:
+    """D of an unclean recovery and whether it was measured: from the previous
+    owner's last sign of life for the partition (its last commit or checkpoint, wall
+    clock) until the state was restored at ``restored_s``. Unknown or implausible
+    (negative: clocks disagree; too long: see ``PLAUSIBLE_DETECTIONS``) gives the
+    estimate session timeout + restore instead."""
+    if last_alive_s is not None:
+        gap = restored_s - last_alive_s
+        if 0 <= gap <= PLAUSIBLE_DETECTIONS * (session_timeout_s + commit_interval_s) + restore_s:
+            return gap, True
+    return session_timeout_s + restore_s, False
+
+
 def tuner_config(ck: CheckpointSettings, detect_s: float = 10.0) -> TunerConfig:
     """``detect_s``: how long a crash goes unnoticed (the group's session timeout);
     with a couple of seconds to start and restore, it is the prior downtime D."""

@@ -84,8 +84,6 @@ class Worker:
         self._fatal: BaseException | None = None
         self._last_commit = time.monotonic()
         self._last_gauges = 0.0
-        self._alive_path = ""
-        self._last_alive_before_start: float | None = None
         #: Partitions recovered while the current ``getmany`` ran: records it returns
         #: for them may have been fetched before recovery's seek (see ``_process``).
         #: assigned, paused, waiting for the loop to restore them
@@ -134,9 +132,6 @@ class Worker:
             )
         except CheckpointStoreUnavailable as exc:
             raise WorkerError(str(exc)) from exc
-        self._alive_path = os.path.join(s.state_dir, f"{self.app.name}.alive")
-        self._last_alive_before_start = _read_alive(self._alive_path)
-        self._touch_alive()
         await check_connection(client)
         await self._ensure_topics()
         if s.checkpoints.replicate:
@@ -277,14 +272,8 @@ class Worker:
                 for op in runner.operators:
                     self.sensor.on_batch(op.name, tp.partition, len(records), share)
 
-    def _touch_alive(self) -> None:
-        """Record a sign of life, so a restart after a crash can measure its downtime."""
-        with contextlib.suppress(OSError), open(self._alive_path, "w") as f:
-            f.write(repr(time.time()))
-
     def _report_gauges(self) -> None:
         self._last_gauges = time.monotonic()
-        self._touch_alive()
         for tp, runner in self.runners.items():
             runner.report_gauges(self._consumer.highwater(tp))
 
@@ -438,7 +427,6 @@ class Worker:
             producer=producer, local=self._local, replica=self._replica,
             scheduler=CheckpointScheduler(s.checkpoints, s.session_timeout_ms / 1000),
             sensor=self.sensor, retention_s=self._retention_s.get(tp.topic),
-            last_alive_s=self._last_alive_before_start,
         )
         try:
             await runner.recover(self._consumer, self._fetch_committed)
@@ -482,11 +470,3 @@ class Worker:
                 log.warning("closing %s failed: %s", type(closer).__name__, exc)
         log.info("worker %s stopped%s", self.settings.worker_id, "" if clean else " (unclean)")
         return clean
-
-
-def _read_alive(path: str) -> float | None:
-    try:
-        with open(path) as f:
-            return float(f.read().strip())
-    except (OSError, ValueError):
-        return None
