@@ -44,6 +44,23 @@ async def replica_broker(tmp_path: Path) -> AsyncIterator[DevBroker]:
         await asyncio.to_thread(broker.stop)
 
 
+async def _wait_readable(open_store: Any, task: TaskId, timeout_s: float = 60.0) -> None:
+    """Until the restarted broker serves the replica partition again (it answers
+    metadata requests a little before its partitions have a leader)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            store = await open_store()
+            try:
+                await store.load(task)
+                return
+            finally:
+                await store.close()
+        except Exception:
+            assert time.monotonic() < deadline, "the replica's broker did not come back"
+            await asyncio.sleep(0.5)
+
+
 async def test_replica_unreachable_at_restore_heals_when_it_is_back(
     kafka_bootstrap: str, new_topic: Any, tmp_path: Path, replica_broker: DevBroker
 ) -> None:
@@ -88,6 +105,7 @@ async def test_replica_unreachable_at_restore_heals_when_it_is_back(
     await c.checkpoint(timeout_s=15)
 
     await asyncio.to_thread(replica_broker.start)
+    await _wait_readable(replica, task)
     for offset in (270, 280, 290, 300):
         await c.run_to(offset)
         await c.checkpoint()
