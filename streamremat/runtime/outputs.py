@@ -19,6 +19,8 @@ H_STAGE = "streamremat.error.stage"
 H_REASON = "streamremat.error.reason"
 H_OPERATOR = "streamremat.operator"
 H_SOURCE = "streamremat.source"  # "topic/partition/offset"
+#: On late records (with H_OPERATOR and H_SOURCE): why the operator did not take it.
+H_LATE_REASON = "streamremat.late.reason"
 
 
 class OutRecord(NamedTuple):
@@ -57,11 +59,21 @@ def to_records(op: Operator, source_partition: int, out: BatchOutput) -> list[Ou
             OutRecord(op.dead_letter_topic, src.key, src.value, src.timestamp, headers)
         )
     if op.late_topic is not None:
+        # Several operators may share one late topic: say which one refused the record.
+        grace, name = op.window.grace_ms, op.name.encode()
         for late in out.late:
             src = late.record
-            records.append(
-                OutRecord(op.late_topic, src.key, src.value, src.timestamp, _headers(src))
+            reason = (
+                f"late: event time {late.timestamp_ms} ms, stream time {late.stream_time_ms} ms"
+                f" (grace {grace} ms); a window of the record had closed"
             )
+            headers = [
+                *_headers(src),
+                (H_LATE_REASON, reason.encode()),
+                (H_OPERATOR, name),
+                (H_SOURCE, f"{op.source}/{source_partition}/{src.offset}".encode()),
+            ]
+            records.append(OutRecord(op.late_topic, src.key, src.value, src.timestamp, headers))
     return records
 
 

@@ -1,34 +1,83 @@
-"""The App the fault tests run in worker subprocesses (``tests.fault.apps:app``).
+"""The Apps the fault tests run in worker subprocesses (``tests.fault.apps:app``).
 
-Topic and app names come from the environment, read at import time, so every
-test gives its workers fresh topics, a fresh consumer group and a fresh
-checkpoint topic. The aggregation depends on the values (a sum), not only on
-how many records there are, so a lost, duplicated or reordered record shows.
+Topic and app names and the scenario come from the environment, read at import
+time, so every test gives its workers fresh topics, a fresh consumer group and a
+fresh checkpoint topic. Each operator is written twice: for the engine, and for
+the brute-force reference (``tests/expect.py``) that the outputs are checked
+against. The aggregations depend on the values (a sum, a max), not only on how
+many records there are, so a lost, duplicated or reordered record shows.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from streamremat import App, Count, Operator, Sum, Tumbling
+from streamremat import App, Count, Hopping, Max, Operator, Session, Sum, Tumbling
+from tests.expect import RefOperator
+from tests.unit.reference import RefWindow
 
 SOURCE = os.environ.get("STREAMREMAT_FAULT_SOURCE", "fault-source")
-SINK = os.environ.get("STREAMREMAT_FAULT_SINK", f"{SOURCE}-out")
 APP_NAME = os.environ.get("STREAMREMAT_FAULT_APP", "fault")
+SCENARIO = os.environ.get("STREAMREMAT_FAULT_SCENARIO", "tumbling")
+#: the operator of the single-operator scenarios (names its dead-letter topic)
 OPERATOR = "sums"
 WINDOW_MS = 1_000
 
 
-def make_operator(source: str = SOURCE, sink: str = SINK) -> Operator:
-    """The operator, also used in-process for the failure-free expectation."""
-    return Operator(
-        name=OPERATOR,
-        source=source,
-        sink=sink,
-        window=Tumbling(WINDOW_MS),
-        aggregate={"n": Count(), "total": Sum("x")},
-    )
+def _count_sum(values: list[dict[str, Any]]) -> dict[str, int]:
+    return {"n": len(values), "total": sum(v["x"] for v in values)}
 
 
-operator = make_operator()
-app = App(APP_NAME, [operator])
+def _count_max(values: list[dict[str, Any]]) -> dict[str, int]:
+    return {"n": len(values), "top": max(v["x"] for v in values)}
+
+
+@dataclass(frozen=True)
+class FaultOperator:
+    """One operator of a scenario: the engine's definition and the reference's."""
+
+    name: str
+    sink_suffix: str
+    window: Any
+    ref_window: RefWindow
+    aggregate: Callable[[], Any]
+    result: Callable[[list[dict[str, Any]]], Any]
+
+    def engine(self, source: str) -> Operator:
+        return Operator(name=self.name, source=source, sink=f"{source}-{self.sink_suffix}",
+                        window=self.window, aggregate=self.aggregate())
+
+    def reference(self, source: str) -> RefOperator:
+        return RefOperator(name=self.name, source=source, sink=f"{source}-{self.sink_suffix}",
+                           window=self.ref_window, fields=("x",), result=self.result)
+
+
+def _sums() -> dict[str, Any]:
+    return {"n": Count(), "total": Sum("x")}
+
+
+def _maxes() -> dict[str, Any]:
+    return {"n": Count(), "top": Max("x")}
+
+
+TUMBLING = FaultOperator(OPERATOR, "out", Tumbling(WINDOW_MS),
+                         RefWindow("tumbling", WINDOW_MS), _sums, _count_sum)
+HOPPING = FaultOperator(OPERATOR, "out", Hopping(WINDOW_MS, 250, grace_ms=10),
+                        RefWindow("hopping", WINDOW_MS, 250, grace=10), _sums, _count_sum)
+SESSION = FaultOperator(OPERATOR, "out", Session(60),
+                        RefWindow("session", 60), _maxes, _count_max)
+SESSIONS_TOO = FaultOperator("sessions", "sessions", Session(60, grace_ms=5),
+                             RefWindow("session", 60, grace=5), _maxes, _count_max)
+
+#: scenario -> its operators (all read the same source)
+SCENARIOS: dict[str, tuple[FaultOperator, ...]] = {
+    "tumbling": (TUMBLING,),
+    "hopping": (HOPPING,),
+    "session": (SESSION,),
+    "two-operators": (TUMBLING, SESSIONS_TOO),
+}
+
+app = App(APP_NAME, [op.engine(SOURCE) for op in SCENARIOS[SCENARIO]])

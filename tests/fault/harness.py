@@ -1,5 +1,6 @@
-"""Helpers of the fault tests: worker subprocesses, a background feeder, the
-failure-free expectation and the comparison of outputs as multisets.
+"""Helpers of the fault tests: worker subprocesses and a background feeder
+(the checks of their output, against the brute-force reference, are in
+``tests/fault/checks.py``).
 
 Every worker is a real ``python -m streamremat worker tests.fault.apps:app``
 process with its own state dir (a separate machine) and one log file per run.
@@ -10,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import json
 import os
 import random
 import re
@@ -19,37 +19,20 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import (
-    CoordinatorLoadInProgressError,
-    GroupCoordinatorNotAvailableError,
-    NotCoordinatorError,
-)
 
-from streamremat.core.records import Record
-from streamremat.core.task import Task
 from streamremat.runtime.client import KafkaClientConfig
-from streamremat.runtime.kafka import (
-    ConsumedRecord,
-    Target,
-    admin_client,
-    consume_all,
-    delete_topics,
-    end_offsets,
-)
-from tests.fault.apps import OPERATOR, WINDOW_MS, make_operator
-from tests.unit.reference import RefWindow, run_reference
+from streamremat.runtime.kafka import Target, delete_topics
+from tests.expect import RefOperator
+from tests.fault.apps import SCENARIOS
 
 REPO = Path(__file__).resolve().parents[2]
 APP_SPEC = "tests.fault.apps:app"
-
-#: A result as compared: (key bytes, start_ms, end_ms, canonical JSON of the value).
-Result = tuple[bytes, int, int, str]
 
 RECOVERED = re.compile(
     r"(?P<topic>\S+)\[(?P<partition>\d+)\]: recovered: checkpoint offset (?P<checkpoint>\S+), "
@@ -87,16 +70,24 @@ class FaultEnv:
     partitions: int
     app_name: str
     workdir: Path
+    #: which App of ``tests/fault/apps.py`` the workers run
+    scenario: str = "tumbling"
     workers: list[WorkerProc] = field(default_factory=list)
     kafka_config: Path | None = None
 
     @property
+    def operators(self) -> list[RefOperator]:
+        return [op.reference(self.source) for op in SCENARIOS[self.scenario]]
+
+    @property
     def sink(self) -> str:
-        return f"{self.source}-out"
+        """The first operator's sink."""
+        return self.operators[0].sink
 
     @property
     def dlq(self) -> str:
-        return f"{self.source}.{OPERATOR}.dlq"
+        """The first operator's dead-letter topic."""
+        return self.operators[0].dead_letter_topic
 
     @property
     def group(self) -> str:
@@ -110,8 +101,8 @@ class FaultEnv:
         env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMREMAT_")}
         env.update(
             STREAMREMAT_FAULT_SOURCE=self.source,
-            STREAMREMAT_FAULT_SINK=self.sink,
             STREAMREMAT_FAULT_APP=self.app_name,
+            STREAMREMAT_FAULT_SCENARIO=self.scenario,
             PYTHONUNBUFFERED="1",
             PYTHONPATH=str(REPO),
         )
@@ -138,7 +129,11 @@ class FaultEnv:
         for w in self.workers:
             w.kill()
         with contextlib.suppress(Exception):
-            await delete_topics(self.bootstrap, [self.sink, self.dlq, self.checkpoint_topic])
+            await delete_topics(
+                self.bootstrap,
+                [t for op in self.operators for t in (op.sink, op.dead_letter_topic)]
+                + [self.checkpoint_topic],
+            )
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
@@ -309,6 +304,9 @@ class Feeder:
         self.count = [0] * partitions
         self.sent = 0
         self.bad_sent = 0
+        #: ``produce`` waits while ``sent >= limit`` (None: no limit), so a test can
+        #: hold the stream until a slow restart is done instead of racing it
+        self.limit: int | None = None
 
     def _record(self, p: int) -> tuple[bytes | None, bytes, int]:
         rng = self.rng
@@ -350,6 +348,8 @@ class Feeder:
         try:
             remaining = total
             while remaining > 0:
+                while self.limit is not None and self.sent >= self.limit:
+                    await asyncio.sleep(0.05)
                 started = time.monotonic()
                 n = min(chunk, remaining)
                 futures = [
@@ -361,128 +361,6 @@ class Feeder:
                 await asyncio.sleep(max(0.0, interval_s - (time.monotonic() - started)))
         finally:
             await producer.stop()
-
-
-# -- expectation and comparison ------------------------------------------------------
-
-
-def _canon(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-async def read_source(env: FaultEnv) -> dict[int, list[Record]]:
-    records = await consume_all(
-        env.bootstrap, env.source, isolation_level="read_uncommitted", timeout_s=120
-    )
-    by_partition: dict[int, list[Record]] = {p: [] for p in range(env.partitions)}
-    for r in records:
-        by_partition[r.partition].append(
-            Record(r.key, r.value, r.timestamp_ms, r.offset, r.headers)
-        )
-    return by_partition
-
-
-@dataclass
-class Expected:
-    results: Counter[Result]
-    #: "topic/partition/offset" -> dead-letter reason
-    dead_letters: dict[str, str]
-
-
-def failure_free(env: FaultEnv, source: dict[int, list[Record]]) -> Expected:
-    """What one failure-free task per partition emits for the whole input."""
-    op = make_operator(env.source, env.sink)
-    results: Counter[Result] = Counter()
-    dead: dict[str, str] = {}
-    for p, records in source.items():
-        out = Task(op, p).process(records)
-        results.update((r.key, r.start_ms, r.end_ms, _canon(r.value)) for r in out.results)
-        for d in out.dead_letters:
-            dead[f"{env.source}/{p}/{d.record.offset}"] = d.reason
-    return Expected(results, dead)
-
-
-def reference_results(source: dict[int, list[Record]]) -> Counter[Result]:
-    """What tests.fault.apps' operator must emit, from the brute-force reference."""
-    out: Counter[Result] = Counter()
-    for records in source.values():
-        ref = run_reference(
-            RefWindow("tumbling", WINDOW_MS),
-            [(r.key or b"", r.timestamp, json.loads(r.value)) for r in records],
-            lambda items: {"n": len(items), "total": sum(i["x"] for i in items)},
-        )
-        out.update((k, s, e, _canon(v)) for k, s, e, v in ref.emissions)
-    return out
-
-
-async def read_results(env: FaultEnv) -> Counter[Result]:
-    records = await consume_all(env.bootstrap, env.sink, isolation_level="read_committed",
-                                timeout_s=120)
-    out: Counter[Result] = Counter()
-    for r in records:
-        v = json.loads(r.value or b"null")
-        out[(r.key or b"", v["start_ms"], v["end_ms"], _canon(v["value"]))] += 1
-    return out
-
-
-async def read_dead_letters(env: FaultEnv) -> list[ConsumedRecord]:
-    return await consume_all(env.bootstrap, env.dlq, isolation_level="read_committed",
-                             timeout_s=60)
-
-
-def assert_same_results(actual: Counter[Result], expected: Counter[Result], logs: str) -> None:
-    if actual == expected:
-        return
-    missing = expected - actual
-    extra = actual - expected
-    dup = {k: n for k, n in actual.items() if n > 1}
-    lines = [
-        f"sink differs from the failure-free run: expected {sum(expected.values())} results, "
-        f"got {sum(actual.values())}; missing {sum(missing.values())}, "
-        f"unexpected {sum(extra.values())}, duplicated keys {len(dup)}",
-        "missing (first 10): " + repr(sorted(missing)[:10]),
-        "unexpected (first 10): " + repr(sorted(extra)[:10]),
-        logs,
-    ]
-    raise AssertionError("\n".join(lines))
-
-
-async def committed_offsets(env: FaultEnv) -> dict[int, int]:
-    for attempt in range(20):
-        try:
-            async with admin_client(env.bootstrap) as admin:
-                offsets = await admin.list_consumer_group_offsets(env.group)
-            break
-        except (GroupCoordinatorNotAvailableError, NotCoordinatorError,
-                CoordinatorLoadInProgressError):
-            # The offsets topic is still being created, or its leader just moved.
-            if attempt == 19:
-                raise
-            await asyncio.sleep(0.5)
-    return {tp.partition: om.offset for tp, om in offsets.items() if tp.topic == env.source}
-
-
-async def wait_caught_up(
-    env: FaultEnv, alive: Sequence[WorkerProc], timeout_s: float = 120.0
-) -> float:
-    """Wait until the group committed the source's end offset on every partition;
-    return how long that took. Fails early if a worker in ``alive`` exits."""
-    started = time.monotonic()
-    ends = await end_offsets(env.bootstrap, env.source)
-    while True:
-        committed = await committed_offsets(env)
-        if all(committed.get(p, -1) >= end for p, end in ends.items()):
-            return time.monotonic() - started
-        for w in alive:
-            if not w.running:
-                raise AssertionError(f"worker {w.name} exited while catching up\n"
-                                     + env.dump_logs())
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(
-                f"not caught up after {timeout_s} s: committed {committed}, end {ends}\n"
-                + env.dump_logs()
-            )
-        await asyncio.sleep(0.25)
 
 
 def recovery_summary(recoveries: Iterable[Recovery]) -> str:

@@ -22,9 +22,7 @@ from aiokafka.admin import NewTopic
 from streamremat.dev.cluster import DevCluster
 from streamremat.runtime.kafka import admin_client, delete_topics
 from streamremat.state.kafka import KafkaCheckpointConfig
-from tests.fault.harness import (
-    FaultEnv,
-    Feeder,
+from tests.fault.checks import (
     assert_same_results,
     committed_offsets,
     read_results,
@@ -32,6 +30,7 @@ from tests.fault.harness import (
     reference_results,
     wait_caught_up,
 )
+from tests.fault.harness import FaultEnv, Feeder
 
 PARTITIONS = 3
 VICTIM = 1  # node id: preferred leader of partition 0 of the source and the checkpoints

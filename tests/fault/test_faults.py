@@ -1,9 +1,11 @@
 """Fault tests on the real broker (DESIGN §5, §6).
 
 Each test runs real worker processes (``tests.fault.apps:app``), injects a
-fault, and compares the sink read with ``read_committed`` with a failure-free
-in-process computation of the same source records, as a multiset of
-``(key, start_ms, end_ms, value)``: nothing lost, nothing duplicated.
+fault, and compares the sink read with ``read_committed`` with what the
+brute-force reference (``tests/unit/reference.py``, via ``tests/expect.py``)
+computes from the source records, as a multiset of ``(key, start_ms, end_ms,
+value)``: nothing lost, nothing duplicated. The engine never computes its own
+expectation, so an engine bug cannot cancel out.
 """
 
 from __future__ import annotations
@@ -16,45 +18,20 @@ from collections import Counter
 
 import pytest
 
-from streamremat.runtime.outputs import H_REASON, H_SOURCE
+from streamremat.runtime.outputs import H_REASON, H_SOURCE, H_STAGE
 from streamremat.state.frame import TaskId
 from streamremat.state.rocksdb import corrupt_latest
 from tests.fault.apps import OPERATOR
-from tests.fault.harness import (
-    FaultEnv,
-    Feeder,
-    WorkerProc,
-    assert_same_results,
+from tests.fault.checks import (
+    check_output,
     committed_offsets,
-    failure_free,
+    expected_outputs,
+    finish,
     read_dead_letters,
-    read_results,
-    read_source,
-    recovery_summary,
-    wait_caught_up,
 )
+from tests.fault.harness import FaultEnv, Feeder, WorkerProc, recovery_summary
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(300)]
-
-
-async def check_output(env: FaultEnv) -> None:
-    """The sink equals the failure-free run's results, as a multiset."""
-    expected = failure_free(env, await read_source(env))
-    actual = await read_results(env)
-    assert sum(expected.results.values()) > 100
-    assert_same_results(actual, expected.results, env.dump_logs())
-
-
-async def finish(env: FaultEnv, feeding: asyncio.Task[None], *workers: WorkerProc) -> None:
-    """Wait for the input and for the workers to commit all of it; SIGTERM them
-    (each must exit 0); compare the output."""
-    await feeding
-    await wait_caught_up(env, workers)
-    for w in workers:
-        code, _ = await w.stop()
-        assert code == 0, f"worker {w.name} exited {code}\n" + env.dump_logs()
-    await check_output(env)
-    print(recovery_summary(env.recoveries()))
 
 
 async def wait_split(env: FaultEnv, a: WorkerProc, b: WorkerProc, timeout_s: float = 60) -> None:
@@ -92,6 +69,7 @@ async def test_kill9_ten_times_gives_the_failure_free_output(fault_env: FaultEnv
     # The kills hit a moving stream, not the idle tail.
     assert sum(0 < n < total for n in sent_at_kill) >= kills - 2, sent_at_kill
     await finish(env, feeding, w)
+    await check_output(env)
     restarts = [r for r in env.recoveries() if r.run > 0]
     replayed_runs = {r.run for r in restarts if r.replayed > 0}
     assert len(replayed_runs) >= kills // 2, recovery_summary(restarts)
@@ -122,6 +100,7 @@ async def test_survivor_restores_a_dead_workers_partitions_from_kafka(
     assert all(r.unclean and r.checkpoint_offset is not None for r in taken), taken
     assert not feeding.done()
     await finish(env, feeding, a)
+    await check_output(env)
 
 
 async def test_zombie_after_sigstop_is_fenced(fault_env: FaultEnv) -> None:
@@ -151,6 +130,7 @@ async def test_zombie_after_sigstop_is_fenced(fault_env: FaultEnv) -> None:
                      or not w.owned() & lost, 30, "the zombie to notice it lost its partitions")
     assert not feeding.done()
     await finish(env, feeding, a, b)
+    await check_output(env)
     # Until it is assigned partitions again, the thawed zombie must neither commit
     # (fenced) nor checkpoint the partitions it lost: a late checkpoint would reuse
     # a seq the new owner already wrote to the compacted replica and replace it there.
@@ -193,6 +173,7 @@ async def test_corrupt_newest_local_checkpoint_falls_back_to_previous(
         assert after[p].replayed == 0, after[p]
     assert "checkpoint skipped on restore" in w.log_text()
     await finish(env, feeding, w)
+    await check_output(env)
 
 
 async def test_dead_letters_exactly_once_across_a_kill(fault_env: FaultEnv) -> None:
@@ -211,7 +192,8 @@ async def test_dead_letters_exactly_once_across_a_kill(fault_env: FaultEnv) -> N
         w.start()
         await w.wait_live(env.partitions)
     await finish(env, feeding, w)
-    expected = failure_free(env, await read_source(env)).dead_letters
+    await check_output(env)
+    expected = (await expected_outputs(env))[OPERATOR].dead_letters
     assert len(expected) == feeder.bad_sent > 100
     dead = await read_dead_letters(env)
     by_source = Counter(dict(r.headers)[H_SOURCE].decode() for r in dead)
@@ -223,7 +205,8 @@ async def test_dead_letters_exactly_once_across_a_kill(fault_env: FaultEnv) -> N
     )
     for r in dead:
         headers = dict(r.headers)
-        assert headers[H_REASON].decode() == expected[headers[H_SOURCE].decode()]
+        assert headers[H_STAGE].decode() == expected[headers[H_SOURCE].decode()], headers
+        assert headers[H_REASON], headers
     assert any(r.replayed > 0 for r in env.recoveries() if r.run > 0)
 
 
@@ -246,4 +229,5 @@ async def test_sigterm_exits_cleanly_and_restart_replays_nothing(fault_env: Faul
     assert {r.partition for r in after} == set(range(env.partitions))
     assert all(r.replayed == 0 and not r.unclean for r in after), after
     await finish(env, feeding, w)
+    await check_output(env)
     print(f"SIGTERM to exit: {took:.2f} s")

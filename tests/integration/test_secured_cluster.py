@@ -31,10 +31,7 @@ from streamremat.runtime.kafka import (
     delete_topics,
     topic_config,
 )
-from tests.fault.harness import (
-    APP_SPEC,
-    FaultEnv,
-    Feeder,
+from tests.fault.checks import (
     assert_same_results,
     committed_offsets,
     read_results,
@@ -42,6 +39,7 @@ from tests.fault.harness import (
     reference_results,
     wait_caught_up,
 )
+from tests.fault.harness import APP_SPEC, FaultEnv, Feeder
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 PARTITIONS = 3

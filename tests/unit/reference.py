@@ -45,6 +45,8 @@ class RefWindow:
 @dataclass
 class RefOutput:
     emissions: list[RefEmission] = field(default_factory=list)
+    #: per emission, the index (into the input) of the record whose arrival closed it
+    closed_by: list[int] = field(default_factory=list)
     #: indices (into the input) of records late for at least one of their windows
     late: list[int] = field(default_factory=list)
 
@@ -109,6 +111,7 @@ def _run_fixed(window: RefWindow, records: Sequence[RefRecord], result: ResultFn
         for w in closing:
             del open_wins[(w.key, w.start)]
             out.emissions.append((w.key, w.start, w.end, result(_values(w.members))))
+            out.closed_by.append(i)
     return out
 
 
@@ -163,6 +166,7 @@ def _run_sliding(window: RefWindow, records: Sequence[RefRecord], result: Result
         closing.sort(key=lambda c: (c[0], c[1], c[2]))
         for _, start, k, end, members in closing:
             out.emissions.append((k, start, end, result(_values(members))))
+            out.closed_by.append(i)
     return out
 
 
@@ -204,4 +208,5 @@ def _run_session(window: RefWindow, records: Sequence[RefRecord], result: Result
         for w in closing:
             sessions[w.key] = [x for x in sessions[w.key] if x is not w]
             out.emissions.append((w.key, w.start, w.end, result(_values(w.members))))
+            out.closed_by.append(i)
     return out
