@@ -1,4 +1,6 @@
-"""The worker in-process on the real broker: output, dead letters, retention gaps, tune."""
+"""The worker in-process on the real broker: output, dead letters, late records,
+retention gaps, tune. Outputs are checked against the brute-force reference
+(``tests/expect.py``), never against the engine."""
 
 from __future__ import annotations
 
@@ -13,11 +15,15 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from streamremat import App, Count, Operator, Sum, Tumbling
-from streamremat.core.records import Record
-from streamremat.core.task import Task
 from streamremat.runtime.explain import explain_app, format_explanations
 from streamremat.runtime.kafka import ProducerRecord, consume_all, end_offsets, produce
-from streamremat.runtime.outputs import H_REASON, H_STAGE, to_records
+from streamremat.runtime.outputs import (
+    H_LATE_REASON,
+    H_OPERATOR,
+    H_REASON,
+    H_SOURCE,
+    H_STAGE,
+)
 from streamremat.runtime.settings import (
     CheckpointSettings,
     GapPolicy,
@@ -25,6 +31,8 @@ from streamremat.runtime.settings import (
     WorkerSettings,
 )
 from streamremat.runtime.worker import Worker
+from tests.expect import Expected, RefOperator, SourceRow, expected_output, results_of
+from tests.unit.reference import RefWindow
 
 PARTITIONS = 2
 
@@ -46,16 +54,30 @@ def _records(n: int, base_ms: int, bad_every: int = 0) -> list[ProducerRecord]:
     return out
 
 
-def _expected(op: Operator, records: list[ProducerRecord]) -> collections.Counter[Any]:
-    parts: dict[int, list[Record]] = collections.defaultdict(list)
+def _count_sum(values: list[dict[str, Any]]) -> dict[str, int]:
+    return {"n": len(values), "total": sum(v["x"] for v in values)}
+
+
+def _reference(op: Operator, records: list[ProducerRecord], window: RefWindow) -> Expected:
+    """The reference's output for ``records`` produced in this order to a fresh topic."""
+    offsets: collections.Counter[int] = collections.Counter()
+    rows = []
     for r in records:
-        part = parts[r.partition or 0]
-        part.append(Record(r.key, r.value, r.timestamp_ms, len(part)))
-    expected: collections.Counter[Any] = collections.Counter()
-    for p, recs in parts.items():
-        out = Task(op, p).process(recs)
-        expected.update((o.key, o.value) for o in to_records(op, p, out) if o.topic == op.sink)
-    return expected
+        p = r.partition or 0
+        assert r.timestamp_ms is not None
+        rows.append(SourceRow(p, offsets[p], r.key, r.value, r.timestamp_ms))
+        offsets[p] += 1
+    ref_op = RefOperator(op.name, op.source, op.sink, window, ("x",), _count_sum)
+    return expected_output(ref_op, rows)
+
+
+def _expected(op: Operator, records: list[ProducerRecord]) -> collections.Counter[Any]:
+    return _reference(op, records, RefWindow("tumbling", 1_000)).results
+
+
+async def _sink_results(bootstrap: str, sink: str) -> collections.Counter[Any]:
+    records = await consume_all(bootstrap, sink, isolation_level="read_committed")
+    return results_of((r.key, r.value) for r in records)
 
 
 async def _committed(bootstrap: str, group: str, topic: str) -> int:
@@ -102,17 +124,15 @@ async def test_output_and_dead_letters(kafka_bootstrap: str, new_topic: Any, tmp
                     _settings(kafka_bootstrap, tmp_path, guarantee=guarantee))
     assert await _run_until_committed(worker, kafka_bootstrap, source) == 0
 
-    got = collections.Counter(
-        (r.key, r.value)
-        for r in await consume_all(kafka_bootstrap, op.sink, isolation_level="read_committed")
-    )
-    assert got == _expected(op, records)
+    assert await _sink_results(kafka_bootstrap, op.sink) == _expected(op, records)
     dead = await consume_all(kafka_bootstrap, op.dead_letter_topic)
     bad = [r for i, r in enumerate(records) if i % 97 == 0]
     assert sorted(r.value for r in dead) == sorted(r.value for r in bad)
-    headers = dict(dead[0].headers)
-    assert headers[H_STAGE] in (b"value", b"aggregate")
-    assert headers[H_REASON]
+    stages = _reference(op, records, RefWindow("tumbling", 1_000)).dead_letters
+    for r in dead:
+        headers = dict(r.headers)
+        assert headers[H_STAGE].decode() == stages[headers[H_SOURCE].decode()]
+        assert headers[H_REASON]
 
 
 async def test_restart_restores_and_tune_explains(kafka_bootstrap: str, new_topic: Any,
@@ -129,18 +149,48 @@ async def test_restart_restores_and_tune_explains(kafka_bootstrap: str, new_topi
     await produce(kafka_bootstrap, source, second)
     assert await _run_until_committed(Worker(app, settings), kafka_bootstrap, source) == 0
 
-    got = collections.Counter(
-        (r.key, r.value)
-        for r in await consume_all(kafka_bootstrap, op.sink, isolation_level="read_committed")
-    )
     # Offsets of the second batch follow the first in each partition.
-    assert got == _expected(op, first + second)
+    assert await _sink_results(kafka_bootstrap, op.sink) == _expected(op, first + second)
 
     rows = await explain_app(app, settings)
     assert len(rows) == PARTITIONS
     assert all(row.decision is not None for row in rows)
     text = format_explanations(rows)
     assert "active bound" in text and "recovery if a failure happened now: predicted" in text
+
+
+async def test_late_records_go_to_the_late_topic_saying_who_and_why(
+    kafka_bootstrap: str, new_topic: Any, tmp_path: Any
+) -> None:
+    """Out-of-order records late for their window reach ``late_topic`` once each,
+    with headers naming the operator, the source record and the reason."""
+    source = new_topic(PARTITIONS, {"retention.ms": "-1"})
+    op = Operator(
+        name="late-agg", source=source, sink=f"{source}-out", window=Tumbling(1_000, grace_ms=50),
+        aggregate={"n": Count(), "total": Sum("x")}, late_topic=f"{source}-late",
+    )
+    base = int(time.time() * 1000) - 60_000
+    records = _records(2_000, base)
+    # Every 25th record is 700 ms behind: late whenever that crosses a closed window.
+    records = [r._replace(timestamp_ms=(r.timestamp_ms or 0) - 700) if i % 25 == 0 else r
+               for i, r in enumerate(records)]
+    await produce(kafka_bootstrap, source, records)
+    assert await _run_until_committed(Worker(App(f"l-{source}", [op]),
+                                             _settings(kafka_bootstrap, tmp_path)),
+                                      kafka_bootstrap, source) == 0
+
+    want = _reference(op, records, RefWindow("tumbling", 1_000, grace=50))
+    assert await _sink_results(kafka_bootstrap, op.sink) == want.results
+    late = await consume_all(kafka_bootstrap, f"{source}-late", isolation_level="read_committed")
+    assert len(want.late) > 10
+    got = collections.Counter(dict(r.headers)[H_SOURCE].decode() for r in late)
+    assert got == collections.Counter(want.late)
+    for r in late:
+        headers = dict(r.headers)
+        assert headers[H_OPERATOR] == b"late-agg"
+        reason = headers[H_LATE_REASON].decode()
+        assert reason.startswith(f"late: event time {r.timestamp_ms} ms, stream time "), reason
+        assert "(grace 50 ms)" in reason, reason
 
 
 async def _delete_records(bootstrap: str, topic: str, before: dict[int, int]) -> None:
