@@ -13,6 +13,11 @@ change the output::
     driver.send("alice", {"amount": 3}, timestamp_ms=1_000)
     driver.checkpoint(); driver.crash(); driver.recover()
     assert driver.emitted() == [...]
+
+The App runs as the worker runs it (``streamremat.core.topology``): a re-keyed
+operator forwards its records through its repartition topic, keyed by the new
+key, and an operator reading another's sink gets that operator's results, each
+record on the partition Kafka's default partitioner would pick.
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ from typing import Any
 from streamremat.core.operator import App, Operator
 from streamremat.core.records import BatchOutput, Record
 from streamremat.core.recovery import PartitionTasks, restore_task
+from streamremat.core.repartition import Repartitioner
 from streamremat.core.task import Task
+from streamremat.core.topology import Stage, StageKind, compile_app
+from streamremat.runtime.outputs import partition_for, to_records
 
 #: Replay feeds records in batches of this size, unlike live sends (one at a time),
 #: so every recovery also checks that batching never changes results.
@@ -88,22 +96,34 @@ class _Partition:
 
 
 class TestDriver:
-    """Drive an App or an Operator in-process; see the module docstring."""
+    """Drive an App or an Operator in-process; see the module docstring.
+
+    Every topic has ``partitions`` partitions (a repartition topic: its operator's
+    ``repartition_partitions`` if set), as the worker creates them.
+    """
 
     __test__ = False  # not a pytest test class
 
     def __init__(self, app_or_operator: App | Operator, partitions: int = 1) -> None:
-        if isinstance(app_or_operator, Operator):
-            self.operators = [app_or_operator]
-        else:
-            self.operators = list(app_or_operator.operators.values())
-        if not self.operators:
-            raise ValueError("TestDriver needs at least one operator")
         if partitions < 1:
             raise ValueError("partitions must be >= 1")
+        self.topology = compile_app(app_or_operator)
+        if not self.topology.stages:
+            raise ValueError("TestDriver needs at least one operator")
+        self.operators = [s.operator for s in self.topology.stages
+                          if s.kind is StageKind.WINDOW]
         self.partitions = partitions
-        topics = {op.source for op in self.operators}
-        self._parts = {(t, p): _Partition() for t in topics for p in range(partitions)}
+        counts = {t: partitions for t in self.topology.external_sources}
+        for stage in self.topology.stages:
+            n = counts[stage.source]
+            for topic in stage.outputs:
+                counts.setdefault(topic, n)
+            if stage.target is not None:
+                counts[stage.target] = stage.partitions or n
+        self._counts = counts
+        self._parts = {(t, p): _Partition() for t in self.topology.sources
+                       for p in range(counts[t])}
+        self._internal = self.topology.internal
         self._chains: dict[tuple[str, int], _Checkpoint] = {}
         self._crashed = False
         self._emitted: list[Emission] = []
@@ -130,7 +150,7 @@ class TestDriver:
         topic = self._topic(topic)
         if not 0 <= partition < self.partitions:
             raise ValueError(f"partition {partition} is outside 0..{self.partitions - 1}")
-        op = next(o for o in self.operators if o.source == topic)
+        op = self.topology.on(topic)[0].operator
         raw_key = key if isinstance(key, bytes) or key is None else op.key_serde.dumps(key)
         raw_value = (
             value if isinstance(value, bytes) or value is None else op.value_serde.dumps(value)
@@ -139,10 +159,10 @@ class TestDriver:
         record = Record(raw_key, raw_value, timestamp_ms, len(part.log))
         part.log.append(record)
         if not self._crashed:
-            self._run(part, partition, [record])
+            self._run(topic, partition, [record])
 
     def _topic(self, topic: str | None) -> str:
-        sources = sorted({op.source for op in self.operators})
+        sources = sorted(self.topology.external_sources)
         if topic is None:
             if len(sources) > 1:
                 raise ValueError(f"several source topics {sources}: pass topic=")
@@ -151,13 +171,31 @@ class TestDriver:
             raise ValueError(f"no operator reads topic {topic!r}; sources are {sources}")
         return topic
 
-    def _run(self, part: _Partition, partition: int, batch: Sequence[Record]) -> None:
-        """Process a batch, then commit its outputs and offset (one commit per batch;
-        a replayed batch commits nothing, as in the worker)."""
+    def _run(self, topic: str, partition: int, batch: Sequence[Record]) -> None:
+        """Process a batch, deliver what it writes to topics read inside the App
+        (depth first), then commit its outputs and offset (one commit per batch; a
+        replayed batch commits nothing, as in the worker)."""
+        part = self._parts[(topic, partition)]
         tasks = part.tasks
         assert tasks is not None
+        routed: dict[tuple[str, int], list[Record]] = {}
         for task, out in tasks.process(batch):
-            self._collect(task.operator, partition, out)
+            target = task.target if isinstance(task, Repartitioner) else None
+            if target is None:
+                self._collect(task.operator, partition, out)
+            else:
+                self._collect_dead(task.operator, partition, out)
+            for rec in to_records(task.operator, partition, out, target):
+                if rec.topic not in self._internal:
+                    continue
+                p = partition_for(rec.key, self._counts[rec.topic])
+                log = self._parts[(rec.topic, p)].log
+                record = Record(rec.key, rec.value, rec.timestamp_ms, len(log),
+                                tuple(rec.headers))
+                log.append(record)
+                routed.setdefault((rec.topic, p), []).append(record)
+        for (downstream, p), records in routed.items():
+            self._run(downstream, p, records)
         if not tasks.replaying:
             part.committed = tasks.position
             part.stream_times = tasks.stream_times()
@@ -168,13 +206,7 @@ class TestDriver:
             Emission(loads(r.key), r.start_ms, r.end_ms, r.value, partition, op.name)
             for r in out.results
         )
-        self._dead.extend(
-            DriverDeadLetter(
-                d.record.key, d.record.value, d.record.timestamp, partition,
-                d.record.offset, d.stage, d.reason, op.name,
-            )
-            for d in out.dead_letters
-        )
+        self._collect_dead(op, partition, out)
         self._late.extend(
             DriverLateRecord(
                 x.record.key, x.record.value, x.timestamp_ms, x.stream_time_ms,
@@ -183,13 +215,22 @@ class TestDriver:
             for x in out.late
         )
 
+    def _collect_dead(self, op: Operator, partition: int, out: BatchOutput) -> None:
+        self._dead.extend(
+            DriverDeadLetter(
+                d.record.key, d.record.value, d.record.timestamp, partition,
+                d.record.offset, d.stage, d.reason, op.name,
+            )
+            for d in out.dead_letters
+        )
+
     # -- faults -----------------------------------------------------------------
 
     def checkpoint(self, partition: int | None = None) -> None:
-        """Checkpoint every task of ``partition`` (all partitions when None).
+        """Checkpoint every windowed task of ``partition`` (all partitions when None).
 
         The first checkpoint of a task is a full snapshot, later ones are deltas
-        on top of it, as in the worker."""
+        on top of it, as in the worker. Repartition stages keep no state."""
         if self._crashed:
             raise RuntimeError("cannot checkpoint while crashed; call recover() first")
         for (_, p), part in self._parts.items():
@@ -197,6 +238,8 @@ class TestDriver:
                 continue
             assert part.tasks is not None
             for task in part.tasks.tasks:
+                if not isinstance(task, Task):
+                    continue
                 chain = self._chains.get((task.operator.name, p))
                 payload = task.snapshot(full=chain is None)
                 if chain is None:
@@ -211,35 +254,53 @@ class TestDriver:
             part.tasks = None
 
     def recover(self) -> None:
-        """Run the worker's recovery (``streamremat.core.recovery``) on every partition:
-        restore each task from its newest checkpoint, replay the records after it
-        up to the committed offset with the committed replay horizon (emitting
-        nothing), then process the rest live."""
+        """Run the worker's recovery (``streamremat.core.recovery``) on every partition.
+
+        1. Restore each windowed task from its newest checkpoint; a repartition
+           stage starts at the committed offset (its forwards below it are in the
+           repartition topic already).
+        2. Replay every partition up to its committed offset with the committed
+           replay horizon, emitting nothing, so every stage is live-ready.
+        3. Process the rest live, topic by topic in topological order, so what a
+           stage writes reaches the stages after it.
+        """
         if not self._crashed:
             raise RuntimeError("recover() without crash(): nothing to recover")
         self._restore_all()
-        for (_, p), part in self._parts.items():
+        for (topic, p), part in self._parts.items():
             assert part.tasks is not None
-            records = part.log[part.tasks.start :]
-            for i in range(0, len(records), REPLAY_BATCH):
-                self._run(part, p, records[i : i + REPLAY_BATCH])
+            replay = part.log[part.tasks.position : part.tasks.replay_until]
+            for i in range(0, len(replay), REPLAY_BATCH):
+                self._run(topic, p, replay[i : i + REPLAY_BATCH])
+        for topic in self.topology.sources:
+            for p in range(self._counts[topic]):
+                part = self._parts[(topic, p)]
+                assert part.tasks is not None
+                while part.tasks.position < len(part.log):
+                    at = part.tasks.position
+                    self._run(topic, p, part.log[at : at + REPLAY_BATCH])
 
     def _restore_all(self) -> None:
         self._crashed = False
         for (topic, p), part in self._parts.items():
-            tasks = []
-            for op in self.operators:
-                if op.source != topic:
-                    continue
-                chain = self._chains.get((op.name, p))
-                restored = restore_task(
-                    op, p, chain.payloads if chain else None, chain.offset if chain else None,
-                    part.committed, log_start=0,
-                )
-                if restored.error is not None:
-                    raise restored.error  # the driver's own checkpoints must restore
-                tasks.append(restored.task)
+            tasks: list[Task | Repartitioner] = []
+            for stage in self.topology.on(topic):
+                tasks.append(self._restore(stage, p, part.committed))
             part.tasks = PartitionTasks(tasks, part.committed, part.stream_times)
+
+    def _restore(self, stage: Stage, p: int, committed: int | None) -> Task | Repartitioner:
+        if stage.target is not None:
+            rep = Repartitioner(stage.operator, stage.target, p)
+            rep.next_offset = committed or 0
+            return rep
+        chain = self._chains.get((stage.name, p))
+        restored = restore_task(
+            stage.operator, p, chain.payloads if chain else None,
+            chain.offset if chain else None, committed, log_start=0,
+        )
+        if restored.error is not None:
+            raise restored.error  # the driver's own checkpoints must restore
+        return restored.task
 
     # -- output -----------------------------------------------------------------
 
@@ -253,14 +314,19 @@ class TestDriver:
     def dead_letters(self) -> list[DriverDeadLetter]:
         return list(self._dead)
 
+    def topic_log(self, topic: str, partition: int = 0) -> list[Record]:
+        """The records of a source, repartition or chained topic partition so far."""
+        return list(self._parts[(topic, partition)].log)
+
     def task(self, operator: str | None = None, partition: int = 0) -> Task:
-        """The live task (for inspecting state in tests)."""
+        """The live windowed task of ``operator`` (for inspecting state in tests)."""
         if self._crashed:
             raise RuntimeError("crashed: no live tasks")
         name = operator or self.operators[0].name
-        op = next((o for o in self.operators if o.name == name), None)
-        if op is None:
+        stage = next((s for s in self.topology.stages
+                      if s.name == name and s.kind is StageKind.WINDOW), None)
+        if stage is None:
             raise ValueError(f"no operator {name!r}")
-        part = self._parts[(op.source, partition)].tasks
+        part = self._parts[(stage.source, partition)].tasks
         assert part is not None
-        return next(t for t in part.tasks if t.operator.name == name)
+        return next(t for t in part.tasks if isinstance(t, Task) and t.operator.name == name)

@@ -43,6 +43,19 @@ class Operator:
     * ``value_fields``: optionally, the fields every value has; aggregation field
       names are then checked against it at definition time.
     * ``late_topic``: where late records go (none by default: they are counted).
+    * ``dead_letter``: the dead-letter topic (default ``<source>.<name>.dlq``).
+
+    Re-keying: with ``key_by`` the operator runs in two stages (see
+    ``core/topology.py``): a stateless one writes each record, keyed by the new key,
+    to the internal topic ``streamremat-<app>-<name>-repartition``
+    (``repartition_partitions`` partitions, default: the source's count), and the
+    windowed one reads that topic, so one task owns each new key.
+    ``co_partitioned=True`` declares that the source is already partitioned by the
+    ``key_by`` key and skips that topic; if it is not, a key's records are folded on
+    several partitions and each emits its own partial result per window.
+
+    Chaining: an operator whose ``source`` is another operator's ``sink`` in the
+    same App reads that operator's results (``source=upstream.sink``).
     """
 
     name: str
@@ -59,6 +72,9 @@ class Operator:
     output: Callable[[Any, int, int, Any], Any] = default_output
     late_topic: str | None = None
     value_fields: Sequence[str] | None = None
+    co_partitioned: bool = False
+    repartition_partitions: int | None = None
+    dead_letter: str | None = None
     aggregator: Aggregator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -69,9 +85,14 @@ class Operator:
         for what, topic in (("source", self.source), ("sink", self.sink)):
             if not isinstance(topic, str) or not _TOPIC.match(topic):
                 raise ConfigError(f"operator {self.name!r}: {what} topic {topic!r} is not valid")
-        if self.late_topic is not None and not _TOPIC.match(self.late_topic):
+        for what, optional in (("late_topic", self.late_topic),
+                               ("dead_letter", self.dead_letter)):
+            if optional is not None and not _TOPIC.match(optional):
+                raise ConfigError(f"operator {self.name!r}: {what} {optional!r} is not valid")
+        if self.repartition_partitions is not None and self.repartition_partitions < 1:
             raise ConfigError(
-                f"operator {self.name!r}: late_topic {self.late_topic!r} is not valid"
+                f"operator {self.name!r}: repartition_partitions must be >= 1 "
+                f"(or None: the source's count), got {self.repartition_partitions!r}"
             )
         if self.source == self.sink:
             raise ConfigError(f"operator {self.name!r}: source and sink must differ")
@@ -97,7 +118,13 @@ class Operator:
 
     @property
     def dead_letter_topic(self) -> str:
-        return f"{self.source}.{self.name}.dlq"
+        return self.dead_letter or f"{self.source}.{self.name}.dlq"
+
+    @property
+    def repartitions(self) -> bool:
+        """True if the operator re-keys records (``key_by``) onto a source that is not
+        declared ``co_partitioned``: then it needs a repartition topic."""
+        return self.key_by is not None and not self.co_partitioned
 
 
 def _check_fields(name: str, agg: Aggregator, timestamp_by: Any, fields: set[str]) -> None:

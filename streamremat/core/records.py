@@ -74,6 +74,17 @@ class LateRecord:
     stream_time_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """A record a repartition stage writes to its internal topic: the new key, the
+    value (the source bytes when no step changed it) and the event time."""
+
+    record: SourceRecord
+    key: bytes
+    value: bytes
+    timestamp_ms: int
+
+
 @dataclass(slots=True)
 class BatchOutput:
     """Everything one batch produced, in order; the runtime sends it to the sinks."""
@@ -81,3 +92,4 @@ class BatchOutput:
     results: list[WindowResult] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     late: list[LateRecord] = field(default_factory=list)
+    forwards: list[Forward] = field(default_factory=list)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from streamremat.core.operator import Operator
 from streamremat.core.records import BatchOutput, SourceRecord
+from streamremat.core.repartition import Repartitioner
 from streamremat.core.task import Task
 
 __all__ = [
@@ -86,11 +87,16 @@ class PartitionTasks:
     and emits nothing; a record all of whose windows close by the stream time at
     the committed offset (the horizon) is skipped undecoded. From
     ``replay_until`` on the tasks are live. Tasks of one partition may restore
-    to different offsets; each skips the records it has already seen.
+    to different offsets; each skips the records it has already seen. A
+    repartition stage (stateless) starts at the committed offset: it forwarded
+    everything below it, so the replay passes it by.
     """
 
     def __init__(
-        self, tasks: Sequence[Task], committed: int | None, horizons: Mapping[str, int]
+        self,
+        tasks: Sequence[Task | Repartitioner],
+        committed: int | None,
+        horizons: Mapping[str, int],
     ) -> None:
         self.tasks = list(tasks)
         #: per operator, the stream time at the committed offset
@@ -104,7 +110,9 @@ class PartitionTasks:
     def replaying(self) -> bool:
         return self.position < self.replay_until
 
-    def process(self, records: Sequence[SourceRecord]) -> list[tuple[Task, BatchOutput]]:
+    def process(
+        self, records: Sequence[SourceRecord]
+    ) -> list[tuple[Task | Repartitioner, BatchOutput]]:
         """Feed one fetched batch (offset order) to every task; return each task's
         output for the records at or after ``replay_until`` (none for the others)."""
         if records and records[0].offset < self.position:
@@ -152,7 +160,7 @@ def _offset(record: SourceRecord) -> int:
     return record.offset
 
 
-def _unseen(task: Task, records: Sequence[SourceRecord]) -> Sequence[SourceRecord]:
+def _unseen(task: Task | Repartitioner, records: Sequence[SourceRecord]) -> Sequence[SourceRecord]:
     nxt = task.next_offset
     if nxt is None or not records or records[0].offset >= nxt:
         return records

@@ -8,7 +8,7 @@ and byte-identical encoded state, however the records are split into batches.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import xxhash
@@ -154,68 +154,7 @@ class Task:
         self, records: Sequence[SourceRecord], dead: list[DeadLetter]
     ) -> tuple[list[SourceRecord], list[bytes], list[int], list[Any]]:
         op = self.operator
-        loads = op.value_serde.loads
-        decode_value = self._decode_value
-        pick = op.aggregator.pick
-        steps = op.steps
-        key_by, key_dumps = op.key_by, op.key_serde.dumps
-        ts_by = op.timestamp_by
-        ts_field = ts_by if isinstance(ts_by, str) else None
-        srcs: list[SourceRecord] = []
-        keys: list[bytes] = []
-        times: list[int] = []
-        items: list[Any] = []
-        for r in records:
-            stage = "value"
-            try:
-                value: Any = None
-                if decode_value:
-                    raw = r.value
-                    if raw is None:
-                        raise ValueError("record has no value")
-                    value = loads(raw)
-                if steps:
-                    stage = "step"
-                    keep = True
-                    for step in steps:
-                        if step.kind == "map":
-                            value = step.fn(value)
-                        elif not step.fn(value):
-                            keep = False
-                            break
-                    if not keep:
-                        continue
-                stage = "key"
-                if key_by is None:
-                    key = r.key
-                    if key is None:
-                        raise ValueError("record has no key")
-                else:
-                    key = key_dumps(key_by(value))
-                stage = "timestamp"
-                if ts_by is None:
-                    t = r.timestamp
-                elif ts_field is not None:
-                    t = value[ts_field]
-                else:
-                    t = ts_by(value)  # type: ignore[operator]
-                if type(t) is not int:
-                    t = _as_millis(t)
-                if t < 0:
-                    raise ValueError(f"negative timestamp {t}")
-                stage = "aggregate"
-                item = pick(value)
-            except Exception as exc:
-                reason = (
-                    exc.reason if isinstance(exc, BadRecord) else f"{type(exc).__name__}: {exc}"
-                )
-                dead.append(DeadLetter(r, stage, reason))
-                continue
-            srcs.append(r)
-            keys.append(key)
-            times.append(t)
-            items.append(item)
-        return srcs, keys, times, items
+        return extract(op, records, dead, self._decode_value, op.aggregator.pick)
 
     # -- checkpoints -----------------------------------------------------------
 
@@ -279,6 +218,76 @@ class Task:
 
     def open_keys(self) -> int:
         return self.state.open_keys()
+
+
+def extract(
+    op: Operator,
+    records: Sequence[SourceRecord],
+    dead: list[DeadLetter],
+    decode_value: bool,
+    pick: Callable[[Any], Any],
+) -> tuple[list[SourceRecord], list[bytes], list[int], list[Any]]:
+    """Decode, run the steps, key, timestamp and ``pick`` the item of each record;
+    a record that fails any of them goes to ``dead`` with the stage and reason.
+    Shared by the windowed task and the repartition stage (``core/repartition.py``)."""
+    loads = op.value_serde.loads
+    steps = op.steps
+    key_by, key_dumps = op.key_by, op.key_serde.dumps
+    ts_by = op.timestamp_by
+    ts_field = ts_by if isinstance(ts_by, str) else None
+    srcs: list[SourceRecord] = []
+    keys: list[bytes] = []
+    times: list[int] = []
+    items: list[Any] = []
+    for r in records:
+        stage = "value"
+        try:
+            value: Any = None
+            if decode_value:
+                raw = r.value
+                if raw is None:
+                    raise ValueError("record has no value")
+                value = loads(raw)
+            if steps:
+                stage = "step"
+                keep = True
+                for step in steps:
+                    if step.kind == "map":
+                        value = step.fn(value)
+                    elif not step.fn(value):
+                        keep = False
+                        break
+                if not keep:
+                    continue
+            stage = "key"
+            if key_by is None:
+                key = r.key
+                if key is None:
+                    raise ValueError("record has no key")
+            else:
+                key = key_dumps(key_by(value))
+            stage = "timestamp"
+            if ts_by is None:
+                t = r.timestamp
+            elif ts_field is not None:
+                t = value[ts_field]
+            else:
+                t = ts_by(value)  # type: ignore[operator]
+            if type(t) is not int:
+                t = _as_millis(t)
+            if t < 0:
+                raise ValueError(f"negative timestamp {t}")
+            stage = "aggregate"
+            item = pick(value)
+        except Exception as exc:
+            reason = exc.reason if isinstance(exc, BadRecord) else f"{type(exc).__name__}: {exc}"
+            dead.append(DeadLetter(r, stage, reason))
+            continue
+        srcs.append(r)
+        keys.append(key)
+        times.append(t)
+        items.append(item)
+    return srcs, keys, times, items
 
 
 def _as_millis(t: Any) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections.abc import Sequence
@@ -80,6 +81,8 @@ class Checkpointer:
         self.sensor = sensor
         self.chains: list[_Chain] = []
         self._replica_tail: asyncio.Task[None] | None = None
+        #: offsets of the newest checkpoints of every task, each stored in every store
+        self._durable: collections.deque[int] = collections.deque(maxlen=settings.keep)
 
     def add_task(self, task_id: TaskId, next_seq: int) -> None:
         """A restored (or new) task; its first checkpoint will be a full one."""
@@ -152,6 +155,7 @@ class Checkpointer:
         elif frames:
             size = sum(len(f.payload) for f in frames)
             self.scheduler.checkpointed(time.time(), cost_s, cost_s, size)
+            self._stored(frames)
 
     async def _replicate(
         self, previous: asyncio.Task[None] | None, frames: list[CheckpointFrame],
@@ -180,6 +184,22 @@ class Checkpointer:
             # L: from fixing the checkpoint's offset until the replica has it.
             self.scheduler.checkpointed(time.time(), cost_s, time.monotonic() - started,
                                         sum(len(f.payload) for f in frames))
+            self._stored(frames)
+
+    def _stored(self, frames: list[CheckpointFrame]) -> None:
+        if len(frames) == len(self.chains):  # every task's checkpoint made it
+            self._durable.append(min(f.offset for f in frames))
+
+    def purge_floor(self) -> int | None:
+        """The source offset below which no kept checkpoint of this partition can
+        restore from, or None while that is not known.
+
+        Only checkpoints this owner wrote count, once ``keep`` of them are in every
+        store: the stores prune to the ``keep`` newest, so the oldest of those is
+        the oldest a restore (or its fallback to an older checkpoint) may use."""
+        if len(self._durable) < self.settings.keep:
+            return None
+        return self._durable[0]
 
     async def drain(self, timeout_s: float) -> None:
         """Wait for background replica writes (on revocation and shutdown)."""

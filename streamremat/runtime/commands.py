@@ -157,6 +157,12 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-checkpoints", default=_env("KEEP_CHECKPOINTS", _CK.keep))
     p.add_argument("--no-replica", action="store_true",
                    help="don't replicate checkpoints to the compacted Kafka topic")
+    p.add_argument("--repartition-retention", type=float,
+                   default=_env("REPARTITION_RETENTION"),
+                   help="retention of new repartition topics, seconds (< 0: unlimited; "
+                        "default: margin x keep-checkpoints x max-interval)")
+    p.add_argument("--repartition-retention-margin", type=float,
+                   default=float(_env("REPARTITION_RETENTION_MARGIN", 2.0)))
 
 
 def add_worker_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -299,6 +305,9 @@ def settings_from_args(args: argparse.Namespace, app: App) -> WorkerSettings:
             )
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
+    if args.repartition_retention is not None:
+        extra["repartition_retention_s"] = float(args.repartition_retention)
+    extra["repartition_retention_margin"] = args.repartition_retention_margin
     return WorkerSettings(
         kafka=client_config_from_args(args, app.kafka.bootstrap_servers),
         group_id=read.text("group_id"),

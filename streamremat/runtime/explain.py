@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 from streamremat.core.operator import App
+from streamremat.core.topology import StageKind, compile_app
 from streamremat.runtime.kafka import end_offsets, retention_s, topic_config
 from streamremat.runtime.scheduling import CheckpointScheduler, decode_meta
 from streamremat.runtime.settings import WorkerSettings
@@ -97,11 +98,13 @@ async def explain_app(
     detect_s = settings.session_timeout_ms / 1000
     out: list[TaskExplanation] = []
     try:
-        for op in app.operators.values():
-            ends = await end_offsets(settings.client, op.source)
-            retention = retention_s(await topic_config(settings.client, op.source))
+        for stage in compile_app(app).stages:
+            if stage.kind is not StageKind.WINDOW:
+                continue  # a repartition stage keeps no state: nothing to checkpoint
+            ends = await end_offsets(settings.client, stage.source)
+            retention = retention_s(await topic_config(settings.client, stage.source))
             for p in sorted(ends):
-                task = TaskId(op.name, op.source, p)
+                task = TaskId(stage.name, stage.source, p)
                 choice = await newest_restore_point(
                     task, primary, replica if primary is not replica else None
                 )

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from aiokafka import TopicPartition
 from aiokafka.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
 
+from streamremat.core.repartition import Repartitioner
 from streamremat.core.task import Task
 from streamremat.metrics.sensor import Sensor
 from streamremat.runtime.exceptions import LogTruncatedError, RetentionGapError
@@ -88,7 +89,7 @@ def restart_gap(
 
 def check_restart(
     runner: PartitionRunner,
-    tasks: Sequence[Task],
+    tasks: Sequence[Task | Repartitioner],
     committed: int | None,
     log_start: int,
     checkpoint_offset: int | None,

@@ -35,9 +35,26 @@ def _headers(record: SourceRecord) -> list[tuple[str, bytes]]:
     return list(record.headers or ())
 
 
-def to_records(op: Operator, source_partition: int, out: BatchOutput) -> list[OutRecord]:
-    """Serialize one task's batch output for the sink, dead-letter and late topics."""
+def partition_for(key: bytes | None, partitions: int) -> int:
+    """The partition Kafka's default partitioner (murmur2) gives ``key``; keyless
+    records go to partition 0, as ``BatchSender`` sends them."""
+    if key is None:
+        return 0
+    parts = list(range(partitions))
+    return int(_partitioner(key, parts, parts))
+
+
+def to_records(
+    op: Operator, source_partition: int, out: BatchOutput, forward_to: str | None = None
+) -> list[OutRecord]:
+    """Serialize one task's batch output for the sink, dead-letter and late topics,
+    and a repartition stage's forwards for ``forward_to``."""
     records: list[OutRecord] = []
+    if out.forwards and forward_to is not None:
+        records.extend(
+            OutRecord(forward_to, f.key, f.value, f.timestamp_ms, _headers(f.record))
+            for f in out.forwards
+        )
     if out.results:
         dumps, fmt, key_loads = op.output_serde.dumps, op.output, op.key_serde.loads
         default = fmt is default_output

@@ -18,15 +18,15 @@ import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import TopicPartition
 
-from streamremat.core.operator import Operator
 from streamremat.core.records import SourceRecord
 from streamremat.core.recovery import PartitionTasks, Restore, restore_task
+from streamremat.core.repartition import Repartitioner
 from streamremat.core.task import Task
+from streamremat.core.topology import Stage
 from streamremat.metrics.sensor import Sensor
 from streamremat.runtime.checkpointing import EPOCH_BITS, Checkpointer, owner_epoch
 from streamremat.runtime.commit_meta import (
@@ -36,6 +36,7 @@ from streamremat.runtime.commit_meta import (
 )
 from streamremat.runtime.gaps import check_restart
 from streamremat.runtime.outputs import BatchSender, OutRecord, to_records
+from streamremat.runtime.recovery_report import RecoveryReport, count_outputs
 from streamremat.runtime.scheduling import CheckpointScheduler, decode_meta, downtime_sample
 from streamremat.runtime.settings import WorkerSettings
 from streamremat.state.base import CheckpointStore
@@ -56,28 +57,14 @@ class Phase(enum.Enum):
     FENCED = "fenced"
 
 
-@dataclass
-class RecoveryReport:
-    """What a recovery did, for the log line, the metrics and the tuner."""
-
-    checkpoint_offset: int | None
-    committed_offset: int
-    start_offset: int
-    source: str | None
-    unclean: bool
-    restore_s: float
-    notes: tuple[str, ...] = ()
-    replayed: int = 0
-    replay_s: float = 0.0
-
-
 class PartitionRunner:
-    """The tasks of one source partition and everything needed to commit them."""
+    """The stages of one source partition (windowed tasks; stateless repartition
+    stages, live from the committed offset) and everything needed to commit them."""
 
     def __init__(
         self,
         tp: TopicPartition,
-        operators: Sequence[Operator],
+        stages: Sequence[Stage],
         *,
         settings: WorkerSettings,
         group_id: str,
@@ -89,7 +76,9 @@ class PartitionRunner:
         retention_s: float | None = None,
     ) -> None:
         self.tp = tp
-        self.operators = list(operators)
+        self.stages = list(stages)
+        #: sensor and log names, one per stage
+        self.names = [stage.name for stage in self.stages]
         self.settings = settings
         self.group_id = group_id
         self.producer = producer
@@ -130,7 +119,8 @@ class PartitionRunner:
 
     @property
     def tasks(self) -> list[Task]:
-        return self.partition_tasks.tasks
+        """The windowed tasks (what a checkpoint holds)."""
+        return [t for t in self.partition_tasks.tasks if isinstance(t, Task)]
 
     @property
     def position(self) -> int:
@@ -176,8 +166,15 @@ class PartitionRunner:
         unclean = False
         checkpoint_offsets: list[int] = []
         restored_meta = b""
-        tasks: list[Task] = []
-        for op in self.operators:
+        tasks: list[Task | Repartitioner] = []
+        for stage in self.stages:
+            if stage.target is not None:
+                # Stateless: what it forwarded below the committed offset committed with it.
+                rep = Repartitioner(stage.operator, stage.target, tp.partition)
+                rep.next_offset = log_start if committed is None else committed
+                tasks.append(rep)
+                continue
+            op = stage.operator
             task_id = TaskId(op.name, tp.topic, tp.partition)
             choice = await newest_restore_point(task_id, self.local, self.replica)
             task_ids.append(task_id)
@@ -242,12 +239,12 @@ class PartitionRunner:
             restore_s=time.monotonic() - started,
             notes=tuple(notes),
         )
-        for op in self.operators:
-            self.sensor.on_task_assigned(op.name, tp.partition)
-            self.sensor.on_restore(op.name, tp.partition, self.report.restore_s,
+        for name in self.names:
+            self.sensor.on_task_assigned(name, tp.partition)
+            self.sensor.on_restore(name, tp.partition, self.report.restore_s,
                                    self.report.source or "none")
             if unclean:
-                self.sensor.on_failure_detected(op.name, tp.partition)
+                self.sensor.on_failure_detected(name, tp.partition)
         self.scheduler.restore(restored_meta, unclean, time.time(), self.retention_s)
         self._restored_wall = time.time()
         self._replay_started = self._replay_logged = time.monotonic()
@@ -271,10 +268,10 @@ class PartitionRunner:
         rate = report.replayed / report.replay_s if report.replay_s > 0 else 0.0
         downtime_s = self._downtime_s(report)
         self.scheduler.recovered(downtime_s, report.replayed, report.replay_s)
-        for op in self.operators:
-            self.sensor.on_replay_progress(op.name, self.tp.partition, report.replayed,
+        for name in self.names:
+            self.sensor.on_replay_progress(name, self.tp.partition, report.replayed,
                                            report.replayed)
-            self.sensor.on_replay(op.name, self.tp.partition, report.replayed, report.replay_s)
+            self.sensor.on_replay(name, self.tp.partition, report.replayed, report.replay_s)
         # A group that never committed has no committed offset: say where it starts.
         committed = (
             f"committed offset {report.committed_offset}" if self.committed is not None
@@ -328,28 +325,18 @@ class PartitionRunner:
         partition = self.tp.partition
         pending = self._pending
         for task, out in outputs:
-            if out.results or out.dead_letters or out.late:
-                pending.extend(to_records(task.operator, partition, out))
-                self._count(task.operator.name, out)
+            if out.results or out.dead_letters or out.late or out.forwards:
+                if isinstance(task, Repartitioner):
+                    pending.extend(to_records(task.operator, partition, out, task.target))
+                    count_outputs(self.sensor, task.name, partition, out)
+                else:
+                    pending.extend(to_records(task.operator, partition, out))
+                    count_outputs(self.sensor, task.operator.name, partition, out)
         self._records_since_checkpoint += live
-
-    def _count(self, operator: str, out: Any) -> None:
-        p = self.tp.partition
-        if out.results:
-            self.sensor.on_records_out(operator, p, len(out.results))
-            # End-to-end latency of a result: from its window's end (event time) to now.
-            now_ms = time.time() * 1000
-            self.sensor.on_e2e_latency(
-                operator, p, [max(0.0, (now_ms - r.end_ms) / 1000) for r in out.results]
-            )
-        for dead in out.dead_letters:
-            self.sensor.on_dead_letter(operator, p, dead.stage)
-        if out.late:
-            self.sensor.on_late(operator, p, len(out.late))
 
     @property
     def operator_names(self) -> list[str]:
-        return [op.name for op in self.operators]
+        return list(self.names)
 
     def skip_to(self, offset: int) -> None:
         """Go on at ``offset``: the source no longer has the offsets below it
@@ -377,8 +364,8 @@ class PartitionRunner:
         elapsed = now - self._replay_started
         rate = done / elapsed if elapsed > 0 else 0.0
         eta = (total - done) / rate if rate > 0 else float("inf")
-        for op in self.operators:
-            self.sensor.on_replay_progress(op.name, self.tp.partition, done, total)
+        for name in self.names:
+            self.sensor.on_replay_progress(name, self.tp.partition, done, total)
         log.info(
             "%s[%d]: replay %d/%d offsets, %.0f records/s, ETA %.1f s",
             self.tp.topic, self.tp.partition, done, total, rate, eta,
@@ -484,11 +471,11 @@ class PartitionRunner:
             self._last_highwater = highwater
         age = time.time() - self._last_checkpoint_wall
         decision = self.scheduler.decision(time.time(), age, self._backlog(highwater))
-        for op in self.operators:
+        for name in self.names:
             if highwater is not None:
-                self.sensor.on_lag(op.name, p, max(0, highwater - self.position))
-            self.sensor.on_checkpoint_age(op.name, p, age)
-            self.sensor.on_tuner(op.name, p, decision)
+                self.sensor.on_lag(name, p, max(0, highwater - self.position))
+            self.sensor.on_checkpoint_age(name, p, age)
+            self.sensor.on_tuner(name, p, decision)
 
     def _backlog(self, highwater: int | None) -> int | None:
         """Records a replay would read on a failure now: newest checkpoint to the end."""
@@ -500,8 +487,8 @@ class PartitionRunner:
         """Checkpoint every task of the partition, when its outputs are committed:
         right after a commit when live (offset == committed), or during replay
         (offset <= committed). See ``Checkpointer.write`` for the protocol."""
-        if self.phase not in (Phase.LIVE, Phase.REPLAYING):
-            return
+        if self.phase not in (Phase.LIVE, Phase.REPLAYING) or not self.tasks:
+            return  # only repartition stages: their position is the committed offset
         if not self._epoch_committed:
             # A frame written before this owner's epoch is committed could share the
             # seq space of a successor that reads the older epoch (see owner_epoch).
@@ -529,8 +516,8 @@ class PartitionRunner:
 
     async def close(self) -> None:
         self.phase = Phase.CLOSED if self.phase is not Phase.FENCED else Phase.FENCED
-        for op in self.operators:
-            self.sensor.on_task_revoked(op.name, self.tp.partition)
+        for name in self.names:
+            self.sensor.on_task_revoked(name, self.tp.partition)
         if self.producer is not None and self.settings.guarantee == "exactly_once":
             try:
                 await self.producer.stop()

@@ -103,6 +103,10 @@ class WorkerSettings:
     #: given, its ``bootstrap_servers`` wins.
     kafka: KafkaClientConfig | None = None
     replication: Replication = field(default_factory=Replication)
+    #: retention of repartition topics: None covers the checkpoints a replay may
+    #: need (``repartition_retention_margin`` x keep x max interval); < 0 unlimited
+    repartition_retention_s: float | None = None
+    repartition_retention_margin: float = 2.0
 
     def __post_init__(self) -> None:
         if self.kafka is None:
@@ -118,3 +122,22 @@ class WorkerSettings:
     def client(self) -> KafkaClientConfig:
         assert self.kafka is not None  # set in __post_init__
         return self.kafka
+
+        if self.repartition_retention_margin < 1:
+            raise ConfigError("--repartition-retention-margin must be >= 1 (a multiple of "
+                              "the time the kept checkpoints span)")
+        if self.repartition_retention_s is not None and 0 <= self.repartition_retention_s < 1:
+            raise ConfigError("--repartition-retention must be >= 1 s (or < 0: unlimited)")
+
+    @property
+    def repartition_retention_ms(self) -> int:
+        """``retention.ms`` of new repartition topics (-1: unlimited). The oldest kept
+        checkpoint is up to keep x max interval old, and a replay reads from it."""
+        if self.repartition_retention_s is not None:
+            s = self.repartition_retention_s
+            return -1 if s < 0 else int(s * 1000)
+        c = self.checkpoints
+        span_s = c.keep * c.max_interval_s
+        if c.policy == "fixed" and c.interval_s is not None:
+            span_s = c.keep * max(c.interval_s, c.max_interval_s)
+        return int(self.repartition_retention_margin * span_s * 1000)

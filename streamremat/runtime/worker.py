@@ -16,10 +16,11 @@ import time
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.errors import IllegalStateError, InvalidProducerEpoch, KafkaError, ProducerFenced
 
-from streamremat.core.operator import App, Operator
+from streamremat.core.operator import App
+from streamremat.core.topology import Stage, compile_app
 from streamremat.metrics.sensor import Sensor
 from streamremat.runtime import gaps
 from streamremat.runtime.access import AUTHORIZATION_ERRORS, access_denied, check_connection
@@ -71,9 +72,10 @@ class Worker:
         self.sensor = sensor or Sensor()
         self.group_id = settings.group_id or app.group_id
         self.runners: dict[TopicPartition, PartitionRunner] = {}
-        self._by_topic: dict[str, list[Operator]] = {}
-        for op in app.operators.values():
-            self._by_topic.setdefault(op.source, []).append(op)
+        self.topology = compile_app(app)
+        self._by_topic: dict[str, list[Stage]] = {
+            topic: self.topology.on(topic) for topic in self.topology.sources
+        }
         self._lock = asyncio.Lock()
         self._stopping = asyncio.Event()
         self._consumer: Any = None
@@ -89,6 +91,8 @@ class Worker:
         #: assigned, paused, waiting for the loop to restore them
         self._to_recover: set[TopicPartition] = set()
         self._retention_s: dict[str, float | None] = {}
+        #: repartition topic partitions: the offset records were deleted below
+        self._purged: dict[TopicPartition, int] = {}
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -174,14 +178,19 @@ class Worker:
         )
 
     async def _ensure_topics(self) -> None:
-        """Sinks, dead-letter and late topics get the source's partition count; the
-        checkpoint topic the largest one. All go through ``create_topics``, which
-        replicates them as ``settings.replication`` says."""
+        """Check the App's input topics; create every topic its stages write.
+
+        In topological order, so a stage's source (a repartition topic, or the sink
+        of the operator it reads) exists before its own outputs are sized: sinks,
+        dead-letter and late topics get their stage source's partition count, a
+        repartition topic the operator's ``repartition_partitions`` or that same
+        count, and a time retention covering the checkpoints a replay may need
+        (``WorkerSettings.repartition_retention_ms``); the checkpoint topic the
+        largest count. All go through ``create_topics``, which replicates them as
+        ``settings.replication`` says."""
         client = self.settings.client
-        specs: list[TopicSpec] = []
-        max_parts = 1
-        for topic, ops in self._by_topic.items():
-            where = client.bootstrap_servers
+        where = client.bootstrap_servers
+        for topic in self.topology.external_sources:
             try:
                 parts = len(await topic_partitions(client, topic))
             except KafkaAdminError as exc:
@@ -193,20 +202,40 @@ class Worker:
                 ) from exc
             if parts == 0:
                 raise WorkerError(f"source topic {topic!r} does not exist on {where}")
+        internal = self.topology.internal
+        retention_ms = self.settings.repartition_retention_ms
+        replication = self.settings.replication
+        specs: list[TopicSpec] = []
+        max_parts = 1
+        for stage in self.topology.stages:
+            parts = len(await topic_partitions(client, stage.source))
             max_parts = max(max_parts, parts)
-            for op in ops:
-                specs.append(TopicSpec(op.sink, parts))
-                specs.append(TopicSpec(op.dead_letter_topic, parts))
-                if op.late_topic:
-                    specs.append(TopicSpec(op.late_topic, parts))
+            mine = [TopicSpec(t, parts) for t in stage.outputs if t != stage.target]
+            if stage.target is not None:
+                mine.append(TopicSpec(stage.target, stage.partitions or parts,
+                                      {"retention.ms": str(retention_ms),
+                                       "cleanup.policy": "delete"}))
+            # A topic read downstream must exist before the stage reading it is sized.
+            await create_topics(client, [x for x in mine if x.name in internal],
+                                replication=replication)
+            specs.extend(x for x in mine if x.name not in internal)
+        # Both stages of a re-keyed operator write its dead letters: one spec per topic.
+        specs = list({x.name: x for x in reversed(specs)}.values())
         self._checkpoint_partitions = max_parts
         if self.settings.checkpoints.replicate:
             specs.append(TopicSpec(self.app.checkpoint_topic, max_parts,
                                    KafkaCheckpointConfig(partitions=max_parts).topic_config()))
-        await create_topics(client, specs, replication=self.settings.replication)
+        await create_topics(client, specs, replication=replication)
         for topic in self._by_topic:
             self._retention_s[topic] = retention_s(await topic_config(client, topic))
-
+        for topic in self.topology.repartition_topics:
+            actual = self._retention_s[topic]
+            if actual is not None and (retention_ms < 0 or actual * 1000 < retention_ms):
+                log.warning(
+                    "repartition topic %s keeps %.0f s, less than the %s its checkpoints "
+                    "may need (it existed before); raise its retention.ms", topic, actual,
+                    "unlimited retention" if retention_ms < 0 else f"{retention_ms / 1000:.0f} s",
+                )
 
     # -- the live loop ----------------------------------------------------------
 
@@ -247,8 +276,8 @@ class Worker:
             if runner is None or runner.phase not in (Phase.REPLAYING, Phase.LIVE):
                 continue  # fetched before a revocation: the new owner replays it
             runner.process(records)
-            for op in runner.operators:
-                self.sensor.on_records_in(op.name, tp.partition, len(records))
+            for name in runner.names:
+                self.sensor.on_records_in(name, tp.partition, len(records))
         for tp, runner in list(self.runners.items()):
             if runner.phase is Phase.REPLAYING and tp not in batches:
                 position = await self._consumer.position(tp)
@@ -269,8 +298,8 @@ class Worker:
                     continue
                 share = busy * len(records) / total
                 runner.batch_done(len(records), share, backlogged)
-                for op in runner.operators:
-                    self.sensor.on_batch(op.name, tp.partition, len(records), share)
+                for name in runner.names:
+                    self.sensor.on_batch(name, tp.partition, len(records), share)
 
     def _report_gauges(self) -> None:
         self._last_gauges = time.monotonic()
@@ -300,6 +329,28 @@ class Worker:
                 and runner.checkpoint_due()
             ):
                 await runner.checkpoint()
+                await self._purge(runner)
+
+    async def _purge(self, runner: PartitionRunner) -> None:
+        """Delete a repartition topic partition's records that no kept checkpoint
+        can restore from (admin DeleteRecords): the topic is internal, its only
+        reader is this stage, and replay never reads below its oldest checkpoint.
+        A failure only leaves the records for the next checkpoint (or retention)."""
+        tp = runner.tp
+        if tp.topic not in self.topology.repartition_topics:
+            return
+        floor = runner.checkpointer.purge_floor()
+        if floor is None or floor <= self._purged.get(tp, 0):
+            return
+        try:
+            await self._admin.delete_records({tp: RecordsToDelete(floor)})
+        except Exception as exc:
+            log.warning("%s[%d]: deleting records below offset %d failed: %r",
+                        tp.topic, tp.partition, floor, exc)
+            return
+        self._purged[tp] = floor
+        log.info("%s[%d]: deleted records below offset %d (no kept checkpoint needs them)",
+                 tp.topic, tp.partition, floor)
 
     async def _guard(self, runner: PartitionRunner, step: Any) -> None:
         """Run a Kafka step of one partition; a failure drops the partition, never the worker.

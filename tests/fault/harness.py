@@ -74,6 +74,8 @@ class FaultEnv:
     scenario: str = "tumbling"
     workers: list[WorkerProc] = field(default_factory=list)
     kafka_config: Path | None = None
+    #: the App the workers run (``MODULE:APP``)
+    app_spec: str = APP_SPEC
 
     @property
     def operators(self) -> list[RefOperator]:
@@ -167,7 +169,7 @@ class WorkerProc:
         connect = (["--kafka-config", str(self.env.kafka_config)] if self.env.kafka_config
                    else ["--bootstrap", KafkaClientConfig.of(self.env.bootstrap).bootstrap_servers])
         cmd = [
-            sys.executable, "-m", "streamremat", "worker", APP_SPEC, *connect,
+            sys.executable, "-m", "streamremat", "worker", self.env.app_spec, *connect,
             "--state-dir", str(self.state_dir),
             "--checkpoint-policy", "fixed",
             "--checkpoint-interval", str(self.checkpoint_interval),

@@ -23,6 +23,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import GroupCoordinatorNotAvailableError
 
 from streamremat import Count, Operator, Sum, Tumbling
+from streamremat.core.topology import compile_app
 from streamremat.metrics.sensor import Sensor
 from streamremat.runtime.kafka import ProducerRecord, consume_all
 from streamremat.runtime.partition import PartitionRunner, Phase
@@ -105,8 +106,8 @@ class Owner:
         admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
         await admin.start()
         local = RocksDBCheckpointStore(state_dir / "ck.rocksdb")
-        runner = PartitionRunner(tp, [op], settings=s, group_id=group, producer=producer,
-                                 local=local, replica=replica,
+        runner = PartitionRunner(tp, compile_app(op).stages, settings=s, group_id=group,
+                                 producer=producer, local=local, replica=replica,
                                  scheduler=CheckpointScheduler(s.checkpoints), sensor=Sensor())
 
         async def fetch_committed(tp: TopicPartition) -> tuple[int | None, str]:
