@@ -242,3 +242,41 @@ def _valid(r: ProducerRecord) -> bool:
         return "shop" in order and order["amount"] > 0
     except (orjson.JSONDecodeError, KeyError):
         return False
+
+
+@pytest.mark.timeout(120)
+async def test_tuner_bounds_the_interval_by_the_repartition_topics_retention(
+    kafka_bootstrap: str, new_topic: Any, tmp_path: Any
+) -> None:
+    """The windowed stage's source is the repartition topic: its retention (here
+    40 s) is the T_retention of that stage's tuner, and the tuner picks below it."""
+    source = new_topic(PARTITIONS, {"retention.ms": "-1"})
+    op = revenue_operator(source, f"{source}-out")
+    app = App(f"rp-{source}", [op])
+    topic = repartition_topic(app.name, op.name)
+    settings = WorkerSettings(
+        bootstrap_servers=kafka_bootstrap, state_dir=str(tmp_path / "state"),
+        commit_interval_s=0.2, session_timeout_ms=3_000, repartition_retention_s=40,
+        checkpoints=CheckpointSettings(policy="adaptive", min_interval_s=1,
+                                       max_interval_s=600, rto_s=600),
+    )
+    worker = Worker(app, settings)
+    run = asyncio.create_task(worker.run(handle_signals=False))
+    try:
+        data, _ = orders(400, int(time.time() * 1000) - 30 * MINUTE, seed=5)
+        await produce(kafka_bootstrap, source, data)
+        deadline = time.monotonic() + 60
+        while len([tp for tp in worker.runners if tp.topic == topic]) < PARTITIONS:
+            assert not run.done() and time.monotonic() < deadline
+            await asyncio.sleep(0.2)
+        for tp, runner in list(worker.runners.items()):
+            decision = runner.scheduler.decision(time.time(), 0.0)
+            if tp.topic == topic:
+                assert decision.t_retention_s == pytest.approx(20.0)  # 0.5 x 40 s
+                assert decision.interval_s <= 20.0
+            else:
+                assert decision.t_retention_s == float("inf")  # the source keeps all
+    finally:
+        worker.stop()
+    assert await asyncio.wait_for(run, 60) == 0
+    assert (await topic_config(kafka_bootstrap, topic))["retention.ms"] == "40000"
