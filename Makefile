@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_TIMEOUT ?= 300
 
-.PHONY: venv lint broker broker-stop test demo
+.PHONY: venv lint tools broker broker-stop test demo
 
 venv: $(STAMP)
 
@@ -29,9 +29,15 @@ broker: venv
 broker-stop: venv
 	$(BIN)/streamremat broker stop
 
+# Java, Maven and Debian's prometheus; installs prometheus when run as root (as CI),
+# else fails saying how: the tests that need them must never skip silently.
+tools:
+	@bash .ci/ensure-tools
+
 # The test session starts (and stops) its own broker; set STREAMREMAT_BOOTSTRAP to use another.
-test: venv lint
-	$(BIN)/pytest -q --timeout=$(PYTEST_TIMEOUT)
+# -rs: a skipped test says why in the summary, never only as an "s".
+test: venv tools lint
+	$(BIN)/pytest -q -rs --timeout=$(PYTEST_TIMEOUT)
 
 demo: venv
 	$(BIN)/streamremat demo
