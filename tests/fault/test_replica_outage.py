@@ -1,7 +1,8 @@
 """The replica heals after it was unreachable at restore time.
 
-The replica lives on a broker of its own, stopped while the new owner restores
-and started again later: the owner must restore from its local checkpoint,
+The replica lives on a broker of its own, frozen (SIGSTOP: every request times
+out, as behind a network partition) while the new owner restores, and thawed
+later: the owner must restore from its local checkpoint,
 write checkpoints that the replica accepts once it is back (above the epoch of
 frames it could not see), go back to deltas, and a later owner must restore
 the right state from the replica.
@@ -10,9 +11,12 @@ the right state from the replica.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,20 +37,34 @@ from tests.integration.owners import (
 )
 
 
+@dataclass
+class _Broker:
+    bootstrap: str
+    pid: int
+
+    def freeze(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+
 @pytest.fixture
-async def replica_broker(tmp_path: Path) -> AsyncIterator[DevBroker]:
+async def replica_broker(tmp_path: Path) -> AsyncIterator[_Broker]:
     broker = DevBroker(BrokerConfig(port=free_port_pair(), data_dir=tmp_path / "replica-kafka",
                                     heap_mb=512, stop_with_parent=True))
-    await asyncio.to_thread(broker.start)
+    status = await asyncio.to_thread(broker.start)
+    assert status.pid is not None
+    handle = _Broker(status.bootstrap, status.pid)
     try:
-        yield broker
+        yield handle
     finally:
+        handle.thaw()  # a stopped JVM ignores SIGTERM until it runs again
         await asyncio.to_thread(broker.stop)
 
 
 async def _wait_readable(open_store: Any, task: TaskId, timeout_s: float = 60.0) -> None:
-    """Until the restarted broker serves the replica partition again (it answers
-    metadata requests a little before its partitions have a leader)."""
+    """Until the thawed broker serves reads of the replica partition again."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -62,7 +80,7 @@ async def _wait_readable(open_store: Any, task: TaskId, timeout_s: float = 60.0)
 
 
 async def test_replica_unreachable_at_restore_heals_when_it_is_back(
-    kafka_bootstrap: str, new_topic: Any, tmp_path: Path, replica_broker: DevBroker
+    kafka_bootstrap: str, new_topic: Any, tmp_path: Path, replica_broker: _Broker
 ) -> None:
     source = new_topic(1, {"retention.ms": "-1"})
     op = hour_operator(source)
@@ -72,7 +90,7 @@ async def test_replica_unreachable_at_restore_heals_when_it_is_back(
     keys = [b"k%d" % (i % 7) for i in range(400)]
     sent = records(keys, (int(time.time() * 1000) // HOUR_MS - 3) * HOUR_MS)
     await produce(kafka_bootstrap, source, sent)
-    replica_at = replica_broker.config.bootstrap
+    replica_at = replica_broker.bootstrap
     # Short timeouts: the restore gives up on the stopped broker within seconds.
     cfg = KafkaCheckpointConfig(partitions=1, request_timeout_ms=3_000, load_timeout_s=5)
 
@@ -94,9 +112,9 @@ async def test_replica_unreachable_at_restore_heals_when_it_is_back(
     b_last = b.runner.checkpointer.chains[0].next_seq - 1
     await b.close()
 
-    # C on machine 1 again, with the replica's broker down: restores from local.
+    # C on machine 1 again, with the replica unreachable: restores from local.
     c_replica = await replica()
-    await asyncio.to_thread(replica_broker.stop)
+    replica_broker.freeze()
     c = await Owner.take_over(kafka_bootstrap, op, group, tmp_path / "m1", c_replica)
     report = c.runner.report
     assert report is not None and report.source == "rocksdb" and report.checkpoint_offset == 150
@@ -104,7 +122,7 @@ async def test_replica_unreachable_at_restore_heals_when_it_is_back(
     await c.run_to(260)
     await c.checkpoint(timeout_s=15)
 
-    await asyncio.to_thread(replica_broker.start)
+    replica_broker.thaw()
     await _wait_readable(replica, task)
     for offset in (270, 280, 290, 300):
         await c.run_to(offset)

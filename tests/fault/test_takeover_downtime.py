@@ -21,7 +21,8 @@ async def test_take_over_downtime_is_the_gap_since_the_peers_last_commit(
     env = fault_env
     feeder = Feeder(env.bootstrap, env.source, env.partitions, seed=5)
     a, b = env.worker("a"), env.worker("b")
-    # b's machine was last seen alive 20 minutes ago (a crash, then this restart).
+    # b's state dir says its previous run was last alive 20 minutes ago (a crash, then
+    # this restart); workers once took D of every unclean restore within an hour from it.
     b.state_dir.mkdir(parents=True)
     (b.state_dir / f"{env.app_name}.alive").write_text(repr(time.time() - 1200))
     a.start()
