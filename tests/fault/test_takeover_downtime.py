@@ -7,8 +7,9 @@ import asyncio
 import re
 import time
 
+from tests.fault.checks import finish
 from tests.fault.harness import FaultEnv, Feeder
-from tests.fault.test_faults import finish, wait_split
+from tests.fault.test_faults import wait_split
 
 _TUNER = re.compile(r"\[(?P<p>\d+)\]: tuner: .* D [\d.]+s \(p90 (?P<d>[\d.]+)s\)")
 _DOWNTIME = re.compile(r"\[(?P<p>\d+)\]: recovered: .* after an unclean stop, "
