@@ -86,7 +86,7 @@ def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevClus
     """A 3-node SASL_SSL cluster with ACLs (``dev/cluster.py``), started on first use.
 
     Users: ``admin`` (super user), ``streamremat`` (every topic, group and
-    transactional id) and ``nowrite`` (no ACL until a test grants some).
+    transactional id), ``nowrite`` and ``nogroup`` (no ACL until a test grants some).
     ``STREAMREMAT_TEST_CLUSTER_PORT`` / ``_DIR`` reuse a cluster of your own,
     started with those users; it is left running."""
     own = os.environ.get("STREAMREMAT_TEST_CLUSTER_PORT")
@@ -94,7 +94,7 @@ def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevClus
     data_dir = Path(os.environ.get("STREAMREMAT_TEST_CLUSTER_DIR")
                     or tmp_path_factory.getbasetemp() / f"cluster-{port}")
     cluster = DevCluster(ClusterConfig(
-        nodes=3, port=port, data_dir=data_dir, security="sasl_ssl", users=("nowrite",),
+        nodes=3, port=port, data_dir=data_dir, security="sasl_ssl", users=("nowrite", "nogroup"),
         stop_with_parent=not own,  # a node a fault test restarts must outlive this session
     ))
     was_running = cluster.running()

@@ -126,6 +126,10 @@ async def _no_write(cluster: DevCluster, tmp_path: Path) -> Path:
     return readme_config(cluster, tmp_path / "c.properties", user="nowrite")
 
 
+async def _no_group(cluster: DevCluster, tmp_path: Path) -> Path:
+    return readme_config(cluster, tmp_path / "c.properties", user="nogroup")
+
+
 @pytest.mark.parametrize(("case", "make_config", "message"), [
     ("wrong password", _wrong_password,
      r"SASL SCRAM-SHA-512 authentication as user 'streamremat' failed at broker 127\.0\.0\.1:\d+"),
@@ -133,6 +137,8 @@ async def _no_write(cluster: DevCluster, tmp_path: Path) -> Path:
      r"TLS: the certificate of broker 127\.0\.0\.1:\d+ is not trusted .* --ssl-cafile"),
     ("no WRITE on the sink", _no_write,
      r"not authorized: User:nowrite lacks WRITE on topic '{sink}' while writing"),
+    ("no READ on the group", _no_group,
+     r"not authorized: User:nogroup lacks READ on consumer group '{group}'"),
 ])
 async def test_access_errors_are_clear_fatal_and_commit_nothing(
     secure_cluster: DevCluster, tmp_path: Path, case: str, make_config: object, message: str
@@ -146,13 +152,16 @@ async def test_access_errors_are_clear_fatal_and_commit_nothing(
             await create_acls(admin, [
                 *app_acls("nowrite"), Acl("nowrite", "topic", env.sink, "write", "deny"),
             ])
+        if case == "no READ on the group":
+            await create_acls(admin, [a for a in app_acls("nogroup") if a.resource != "group"])
         await Feeder(admin, env.source, PARTITIONS, seed=3, step_ms=10).produce(600, 600, 0)
         worker = env.worker("a")
         worker.start()
         await worker.wait_for(lambda w: not w.running, 120, "the worker to give up")
         assert worker.proc is not None and worker.proc.returncode == 2, env.dump_logs()
         log = worker.log_text()
-        assert re.search(message.format(sink=re.escape(env.sink)), log), log
+        assert re.search(message.format(sink=re.escape(env.sink), group=re.escape(env.group)),
+                         log), log
         assert "not-the-password" not in log
         # A partition may prove its ownership before going live (a commit of its
         # start offset, 0 here): nothing it read may ever be committed.
