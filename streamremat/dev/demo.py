@@ -40,7 +40,7 @@ from streamremat.runtime.kafka import (
     end_offsets,
     produce,
 )
-from streamremat.runtime.outputs import to_records
+from streamremat.runtime.outputs import partition_for, to_records
 
 PARTITIONS = 4
 RECOVERY = re.compile(
@@ -87,7 +87,10 @@ def _clicks(events: int, users: int, seed: int) -> list[ProducerRecord]:
         user = f"user-{rng.randrange(users)}"
         t = start + i * span_ms // events - rng.randrange(3_000)
         value = orjson.dumps({"user": user, "url": f"/p/{rng.randrange(50)}"})
-        out.append(ProducerRecord(user.encode(), value, t, rng.randrange(PARTITIONS)))
+        # Keyed by user, on the partition the default partitioner gives the key, as
+        # a producer keyed by user would: the demo's operator is co-partitioned.
+        key = user.encode()
+        out.append(ProducerRecord(key, value, t, partition_for(key, PARTITIONS)))
     return out
 
 

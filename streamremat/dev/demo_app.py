@@ -14,7 +14,10 @@ from streamremat import App
 
 RUN = os.environ.get("STREAMREMAT_DEMO_RUN", "local")
 
+# The demo's clicks are keyed by user and partitioned by that key (dev/demo.py), so
+# the operator reads them where they are instead of through a repartition topic.
 operator = dataclasses.replace(
-    clicks, source=f"demo-{RUN}-clicks", sink=f"demo-{RUN}-clicks-per-user-minute"
+    clicks, source=f"demo-{RUN}-clicks", sink=f"demo-{RUN}-clicks-per-user-minute",
+    co_partitioned=True,
 )
 app = App(f"demo-{RUN}", [operator])
