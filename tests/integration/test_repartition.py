@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 import pytest
+from aiokafka import TopicPartition
+from aiokafka.admin import RecordsToDelete
 
 from streamremat import App, Count, Operator, Sum, Tumbling
 from streamremat.core.topology import repartition_topic
@@ -280,3 +282,46 @@ async def test_tuner_bounds_the_interval_by_the_repartition_topics_retention(
         worker.stop()
     assert await asyncio.wait_for(run, 60) == 0
     assert (await topic_config(kafka_bootstrap, topic))["retention.ms"] == "40000"
+
+
+@pytest.mark.timeout(120)
+async def test_a_gap_in_the_repartition_topic_goes_through_the_gap_policy(
+    kafka_bootstrap: str, new_topic: Any, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Records of the repartition topic that the windowed stage never read are
+    deleted: its restart is a retention gap, and ``fail`` (the default) stops the
+    worker with the error naming the repartition topic, committing nothing."""
+    source = new_topic(PARTITIONS, {"retention.ms": "-1"})
+    op = revenue_operator(source, f"{source}-out")
+    app = App(f"rp-{source}", [op])
+    topic = repartition_topic(app.name, op.name)
+    data, _ = orders(800, int(time.time() * 1000) - 30 * MINUTE, seed=3)
+    settings = WorkerSettings(
+        bootstrap_servers=kafka_bootstrap, state_dir=str(tmp_path / "state"),
+        commit_interval_s=0.2, session_timeout_ms=3_000,
+        checkpoints=CheckpointSettings(policy="fixed", interval_s=3600, replicate=False),
+    )
+    worker = Worker(app, settings)
+    run = asyncio.create_task(worker.run(handle_signals=False))
+    try:
+        await produce(kafka_bootstrap, source, data)
+        await wait_forwarded(kafka_bootstrap, app.group_id, source, run)
+    finally:
+        worker.stop()
+    assert await asyncio.wait_for(run, 60) == 0  # checkpoints at the clean stop
+    # Forwards the windowed stage has not read yet (as if a stage-1 worker had run
+    # on), then deleted: the checkpoint offset is below the log start now.
+    forwarded = await consume_all(kafka_bootstrap, topic)
+    p = forwarded[0].partition
+    again = [ProducerRecord(r.key, r.value, r.timestamp_ms, p)
+             for r in forwarded if r.partition == p][:50]
+    await produce(kafka_bootstrap, topic, again)
+    end = (await end_offsets(kafka_bootstrap, topic))[p]
+    async with admin_client(kafka_bootstrap) as admin:
+        await admin.delete_records({TopicPartition(topic, p): RecordsToDelete(end - 10)})
+
+    caplog.clear()
+    code = await asyncio.wait_for(Worker(app, settings).run(handle_signals=False), 60)
+    assert code == 2
+    assert any(f"{topic}[{p}]" in r.getMessage() and "below the log start offset" in
+               r.getMessage() for r in caplog.records), caplog.text[-3000:]
