@@ -115,27 +115,32 @@ def connect_failure(client: KafkaClientConfig, host: str, port: int, exc: BaseEx
     )
 
 
-def access_denied(exc: object, client: KafkaClientConfig, doing: str) -> str | None:
+def access_denied(
+    exc: object, client: KafkaClientConfig, doing: str, topic_operation: str = "READ/DESCRIBE"
+) -> str | None:
     """The ACL an authorization error says is missing, or None for any other error.
 
-    ``doing`` is what the worker was doing (e.g. "writing outputs of orders[3]"),
-    for the operation when the error does not say it."""
+    ``doing`` is what the worker was doing (e.g. "writing outputs of orders[3]");
+    ``topic_operation`` the operation a topic denial is about (the error does
+    not say which)."""
     if not isinstance(exc, AUTHORIZATION_ERRORS):
         return None
     who = f"User:{client.sasl_username}" if client.sasl_username else "this client's principal"
     names = _names(exc.args[0] if exc.args else None)
     if isinstance(exc, TopicAuthorizationFailedError):
-        resource, flag = "topic", "--topic"
-        operation = "WRITE" if "writ" in doing else "READ/DESCRIBE"
+        resource, flag, operation = "topic", "--topic", topic_operation
     elif isinstance(exc, GroupAuthorizationFailedError):
         resource, flag, operation = "consumer group", "--group", "READ"
     elif isinstance(exc, TransactionalIdAuthorizationFailed):
         resource, flag, operation = "transactional id", "--transactional-id", "WRITE"
     else:
         resource, flag, operation = "cluster", "--cluster", "IDEMPOTENT_WRITE/CREATE"
-    target = ", ".join(repr(n) for n in names) or "(not named by the broker)"
-    grant = " ".join(f"{flag} {n}" for n in names) or flag
-    op = operation.split("/")[0].capitalize().replace("_w", "W")
+    if resource == "cluster":
+        target, grant = "'kafka-cluster'", flag
+    else:
+        target = ", ".join(repr(n) for n in names) or "(not named by the broker)"
+        grant = " ".join(f"{flag} {n}" for n in names) or flag
+    op = operation.split("/")[0].title().replace("_", "")  # kafka-acls spelling
     return (
         f"not authorized: {who} lacks {operation} on {resource} {target} while {doing} "
         f"({type(exc).__name__}); grant it, e.g. kafka-acls --add --allow-principal {who} "

@@ -116,7 +116,7 @@ class Worker:
             self._fatal = exc
         except AUTHORIZATION_ERRORS as exc:  # e.g. the group, raised by the consumer
             self._fatal = KafkaAccessError(
-                access_denied(exc, self.settings.client, f"consuming as group {self.group_id!r}")
+                access_denied(exc, self.settings.client, "consuming the sources")
             )
             log.error("%s", self._fatal)
         finally:
@@ -366,6 +366,7 @@ class Worker:
             self._fatal = KafkaAccessError(access_denied(
                 exc, self.settings.client,
                 f"writing the outputs and offsets of {runner.tp.topic}[{runner.tp.partition}]",
+                topic_operation="WRITE",
             ))
             log.error("%s; nothing of this transaction was committed", self._fatal)
             self._stopping.set()

@@ -123,3 +123,24 @@ def test_cli_flags_reach_the_settings(tmp_path: Path, monkeypatch: pytest.Monkey
     assert cfg.bootstrap_servers == "h:1"
     assert cfg.producer_kwargs()["sasl_mechanism"] == "SCRAM-SHA-512"
     assert cfg.producer_kwargs()["sasl_plain_password"] == PASSWORD
+
+
+def test_authorization_errors_name_user_operation_resource_and_grant() -> None:
+    from aiokafka.errors import (
+        ClusterAuthorizationFailedError,
+        KafkaConnectionError,
+        TopicAuthorizationFailedError,
+        TransactionalIdAuthorizationFailed,
+    )
+
+    from streamremat.runtime.access import access_denied
+
+    cfg = KafkaClientConfig("h:1", "SASL_SSL", "SCRAM-SHA-512", "app", Secret(PASSWORD))
+    text = access_denied(TopicAuthorizationFailedError({"out"}), cfg, "writing", "WRITE")
+    assert text is not None and "User:app lacks WRITE on topic 'out'" in text
+    assert "--operation Write --topic out" in text
+    text = access_denied(TransactionalIdAuthorizationFailed("g.src.0"), cfg, "starting")
+    assert text is not None and "WRITE on transactional id 'g.src.0'" in text
+    text = access_denied(ClusterAuthorizationFailedError(), cfg, "starting")
+    assert text is not None and "--operation IdempotentWrite --cluster" in text
+    assert access_denied(KafkaConnectionError(), cfg, "x") is None
