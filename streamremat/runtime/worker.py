@@ -33,6 +33,7 @@ from streamremat.runtime.kafka import (
     topic_config,
     topic_partitions,
 )
+from streamremat.runtime.offsets import fetch_stable_offsets
 from streamremat.runtime.partition import PartitionRunner, Phase
 from streamremat.runtime.scheduling import CheckpointScheduler
 from streamremat.runtime.settings import Guarantee, WorkerSettings
@@ -488,12 +489,10 @@ class Worker:
         self.runners[tp] = runner
 
     async def _fetch_committed(self, tp: TopicPartition) -> tuple[int | None, str]:
-        """The group's committed offset of ``tp`` and the metadata committed with it."""
-        found = await self._admin.list_consumer_group_offsets(self.group_id, partitions=[tp])
-        committed = found.get(tp)
-        if committed is None or committed.offset < 0:
-            return None, ""
-        return int(committed.offset), str(committed.metadata or "")
+        """The group's committed offset of ``tp`` and the metadata committed with it,
+        once no transaction still completes offsets for it (``runtime/offsets.py``)."""
+        found = await fetch_stable_offsets(self._admin, self.group_id, [tp])
+        return found.get(tp, (None, ""))
 
     # -- shutdown ---------------------------------------------------------------
 
