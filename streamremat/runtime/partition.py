@@ -275,9 +275,9 @@ class PartitionRunner:
         # A group that never committed has no committed offset: say where it starts.
         committed = (
             f"committed offset {report.committed_offset}" if self.committed is not None
-            else f"committed offset none (new group: starting at log start {report.start_offset})"
+            else f"committed offset none (new group, from offset {report.start_offset})"
             if report.checkpoint_offset is None
-            else f"committed offset none (starting at checkpoint offset {report.start_offset})"
+            else f"committed offset none (from checkpoint offset {report.start_offset})"
         )
         log.info(
             "%s[%d]: recovered: checkpoint offset %s, %s, replayed %d records "

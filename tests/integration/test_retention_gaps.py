@@ -200,8 +200,8 @@ async def test_new_group_starts_at_the_log_start_and_says_so(
     assert await _run_until(worker, source, 600, lambda: skipped.append(
         metrics.value("streamremat_retention_gap_offsets_total"))) == 0
     text = _messages(caplog)
-    assert (f"{source}[0]: recovered: checkpoint offset None, committed offset none (new group: "
-            "starting at log start 200), replayed 0 records" in text), text
+    assert (f"{source}[0]: recovered: checkpoint offset None, committed offset none (new group, "
+            "from offset 200), replayed 0 records" in text), text
     assert "retention gap" not in text
     assert skipped == [0.0]
     assert await read_sink(kafka_bootstrap, f"{source}-out") == Counter(

@@ -124,7 +124,7 @@ async def test_a_checkpoint_without_committed_offsets_is_said(
     text = _messages(caplog)
     assert (f"{source}[0]: a checkpoint at offset 600 exists but group {group} has no committed "
             "offset" in text), text
-    assert (f"{source}[0]: recovered: checkpoint offset 600, committed offset none (starting at "
-            "checkpoint offset 600)" in text), text
+    assert (f"{source}[0]: recovered: checkpoint offset 600, committed offset none "
+            "(from checkpoint offset 600)" in text), text
     expected = Counter(reference_emissions(records))
     assert await read_sink(kafka_bootstrap, f"{source}-out") == expected
