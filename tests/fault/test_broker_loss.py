@@ -74,15 +74,16 @@ async def test_leader_broker_killed_mid_run(secure_cluster: DevCluster, tmp_path
         worker.start()
         await worker.wait_live(PARTITIONS, timeout_s=120)
         await worker.wait_for(lambda w: "checkpoint seq" in w.log_text(), 60, "a checkpoint")
-        while await _committed(env, 0) <= 0:
-            await asyncio.sleep(0.2)
         assert await _leader(env, env.source, 0) == VICTIM
         assert await _leader(env, env.checkpoint_topic, 0) == VICTIM
 
         log_before = len(worker.log_text())
-        killed_at = time.monotonic()
+        at_kill = -1
+        while at_kill <= 0:  # partition 0 has committed, and we could read it
+            await asyncio.sleep(0.1)
+            at_kill = await _committed(env, 0)
+        killed_at = time.monotonic()  # within a millisecond of reading ``at_kill``
         assert secure_cluster.kill(VICTIM)
-        at_kill = await _committed(env, 0)
         while await _committed(env, 0) <= at_kill:
             assert worker.running, "worker exited after the broker died\n" + env.dump_logs()
             assert time.monotonic() - killed_at < 180, "no commit 180 s after the kill\n" + \
