@@ -15,7 +15,7 @@ from streamremat.core.exceptions import ConfigError
 from streamremat.core.operator import App, Operator
 from streamremat.logging import LogFormat, setup_logging
 from streamremat.runtime.client import KafkaClientConfig
-from streamremat.runtime.exceptions import WorkerError
+from streamremat.runtime.exceptions import KafkaAccessError, WorkerError
 from streamremat.runtime.kafka import Replication
 from streamremat.runtime.settings import (
     DURATION_FORMS,
@@ -214,7 +214,7 @@ def _run_tune(args: argparse.Namespace) -> int:
         app = load_app(args.app)
         settings = settings_from_args(args, app)
         rows = asyncio.run(explain_app(app, settings))
-    except (ConfigError, RuntimeError) as exc:
+    except (ConfigError, RuntimeError, KafkaAccessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(format_explanations(rows))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from streamremat.core.operator import App
 from streamremat.core.topology import StageKind, compile_app
+from streamremat.runtime.access import check_connection
 from streamremat.runtime.kafka import end_offsets, retention_s, topic_config
 from streamremat.runtime.scheduling import CheckpointScheduler, decode_meta
 from streamremat.runtime.settings import WorkerSettings
@@ -87,7 +88,9 @@ async def explain_app(
     app: App, settings: WorkerSettings, now_s: float | None = None
 ) -> list[TaskExplanation]:
     """The tuner's view of every task of ``app`` that has a checkpoint, at ``now_s``
-    (default: now), under the policy and bounds of ``settings``."""
+    (default: now), under the policy and bounds of ``settings``. A TLS or SASL
+    failure is a ``KafkaAccessError`` naming the cause, not "no checkpoints"."""
+    await check_connection(settings.client)
     local, replica, path = await _open_stores(app, settings)
     primary = local or replica
     if primary is None:

@@ -163,6 +163,13 @@ async def test_access_errors_are_clear_fatal_and_commit_nothing(
         assert re.search(message.format(sink=re.escape(env.sink), group=re.escape(env.group)),
                          log), log
         assert "not-the-password" not in log
+        if case in ("wrong password", "wrong CA"):  # `tune` says the same, exits 2
+            tune = subprocess.run(
+                [sys.executable, "-m", "streamremat", "tune", APP_SPEC, "--kafka-config",
+                 str(config), "--state-dir", str(tmp_path / "empty")],
+                env=env.worker_env(), capture_output=True, text=True, timeout=120, check=False,
+            )
+            assert tune.returncode == 2 and re.search(message, tune.stderr), tune.stderr
         # A partition may prove its ownership before going live (a commit of its
         # start offset, 0 here): nothing it read may ever be committed.
         assert set((await committed_offsets(env)).values()) <= {0}
