@@ -13,6 +13,8 @@ from streamremat.core.operator import Operator, default_output
 from streamremat.core.records import BatchOutput, SourceRecord
 
 _partitioner = DefaultPartitioner()
+#: keys per topic whose partition ``BatchSender`` remembers (then it starts over)
+_KEY_CACHE = 100_000
 
 #: Header names on dead-letter records (the original headers come first).
 H_STAGE = "streamremat.error.stage"
@@ -100,6 +102,9 @@ class BatchSender:
     def __init__(self, producer: Any) -> None:
         self.producer = producer
         self._partitions: dict[str, list[int]] = {}
+        #: per topic, key -> partition: murmur2 is pure Python (~15 us a key), and a
+        #: repartition stage sends every record while keys repeat
+        self._by_key: dict[str, dict[bytes, int]] = {}
 
     async def _partitions_of(self, topic: str) -> list[int]:
         parts = self._partitions.get(topic)
@@ -112,13 +117,20 @@ class BatchSender:
         """Queue every record; return the delivery futures (await them to be sure)."""
         grouped: dict[tuple[str, int], list[OutRecord]] = defaultdict(list)
         for rec in records:
-            parts = self._partitions.get(rec.topic) or await self._partitions_of(rec.topic)
-            # Same partitioner as the Java client (murmur2), so keys land where
-            # Kafka Streams or any other producer would put them.
-            partition = (
-                _partitioner(rec.key, parts, parts) if rec.key is not None else parts[0]
-            )
-            grouped[(rec.topic, partition)].append(rec)
+            key, topic = rec.key, rec.topic
+            cache = self._by_key.get(topic)
+            if cache is None or len(cache) > _KEY_CACHE:
+                cache = self._by_key[topic] = {}
+            partition = cache.get(key) if key is not None else None
+            if partition is None:
+                parts = self._partitions.get(topic) or await self._partitions_of(topic)
+                if key is None:
+                    partition = parts[0]
+                else:
+                    # Same partitioner as the Java client (murmur2), so keys land where
+                    # Kafka Streams or any other producer would put them.
+                    partition = cache[key] = _partitioner(key, parts, parts)
+            grouped[(topic, partition)].append(rec)
         futures = []
         producer = self.producer
         for (topic, partition), recs in grouped.items():
