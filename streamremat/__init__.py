@@ -5,7 +5,6 @@ The public API is what ``__all__`` lists; everything else is internal.
 
 from streamremat.core.aggregators import (
     Aggregator,
-    ApproxDistinct,
     Collect,
     Count,
     DistinctCount,
@@ -17,7 +16,9 @@ from streamremat.core.aggregators import (
 )
 from streamremat.core.exceptions import BadRecord, ConfigError, StreamrematError
 from streamremat.core.operator import App, KafkaSettings, Operator
+from streamremat.core.quantiles import Median, Quantiles
 from streamremat.core.serdes import JSON, RAW, STRING, JsonSerde, RawSerde, Serde, StringSerde
+from streamremat.core.sketches import ApproxDistinct, ApproxQuantiles
 from streamremat.core.windows import Hopping, Session, Sliding, Tumbling
 
 __version__ = "0.1.0"
@@ -29,6 +30,7 @@ __all__ = [
     "Aggregator",
     "App",
     "ApproxDistinct",
+    "ApproxQuantiles",
     "BadRecord",
     "Collect",
     "ConfigError",
@@ -39,8 +41,10 @@ __all__ = [
     "KafkaSettings",
     "Max",
     "Mean",
+    "Median",
     "Min",
     "Operator",
+    "Quantiles",
     "RawSerde",
     "Serde",
     "Session",

@@ -2,7 +2,6 @@
 
 from streamremat.core.aggregators import (
     Aggregator,
-    ApproxDistinct,
     Collect,
     Count,
     DistinctCount,
@@ -12,16 +11,21 @@ from streamremat.core.aggregators import (
     Sum,
     TopK,
 )
+from streamremat.core.quantiles import Median, Quantiles
+from streamremat.core.sketches import ApproxDistinct, ApproxQuantiles
 
 __all__ = [
     "Aggregator",
     "ApproxDistinct",
+    "ApproxQuantiles",
     "Collect",
     "Count",
     "DistinctCount",
     "Max",
     "Mean",
+    "Median",
     "Min",
+    "Quantiles",
     "Sum",
     "TopK",
 ]

@@ -13,8 +13,6 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import xxhash
-
 from streamremat.core.codec import (
     decode_json,
     decode_number,
@@ -242,7 +240,8 @@ def _sort_key(item: Any) -> tuple[str, Any]:
 
 
 class DistinctCount(Aggregator):
-    """Exact number of distinct items (keeps them all; see ApproxDistinct for big sets)."""
+    """Exact number of distinct items (keeps them all; see ApproxDistinct for big sets,
+    in ``streamremat.core.sketches``)."""
 
     def check(self, item: Any) -> None:
         hash(_hashable(item))
@@ -270,80 +269,6 @@ class DistinctCount(Aggregator):
 
     def decode(self, data: bytes) -> set[Any]:
         return {y.encode("latin-1") if is_bytes else y for is_bytes, y in decode_json(data)}
-
-
-class ApproxDistinct(Aggregator):
-    """Approximate distinct count with HyperLogLog (Flajolet et al. 2007).
-
-    With ``precision`` p the sketch has 2**p one-byte registers and a standard
-    error of 1.04 / sqrt(2**p): 1.6 % at the default p=12. Small cardinalities use
-    linear counting, so they are near exact. Sparse sketches encode as
-    (register, rank) pairs, so a window with few items stays a few bytes.
-    """
-
-    def __init__(self, of: Picker = None, precision: int = 12) -> None:
-        super().__init__(of)
-        if not 4 <= precision <= 16:
-            raise ConfigError(f"ApproxDistinct precision must be in 4..16, got {precision}")
-        self.precision = precision
-        self.m = 1 << precision
-        self._alpha = 0.7213 / (1 + 1.079 / self.m)
-
-    @property
-    def standard_error(self) -> float:
-        return 1.04 / math.sqrt(self.m)
-
-    def pick(self, value: Any) -> int:
-        item = super().pick(value)
-        raw = item if isinstance(item, bytes) else encode_json(item)
-        return int(xxhash.xxh64_intdigest(raw))
-
-    def zero(self) -> bytearray:
-        return bytearray(self.m)
-
-    def add(self, acc: bytearray, h: int) -> bytearray:
-        p = self.precision
-        idx = h >> (64 - p)
-        rest = (h << p) & 0xFFFFFFFFFFFFFFFF
-        rank = 65 - p if rest == 0 else (64 - rest.bit_length()) + 1
-        if rank > acc[idx]:
-            acc[idx] = rank
-        return acc
-
-    def merge(self, a: bytearray, b: bytearray) -> bytearray:
-        return bytearray(max(x, y) for x, y in zip(a, b, strict=True))
-
-    def result(self, acc: bytearray) -> int:
-        m = self.m
-        zeros = acc.count(0)
-        estimate = self._alpha * m * m / sum(2.0**-r for r in acc)
-        if estimate <= 2.5 * m and zeros:
-            estimate = m * math.log(m / zeros)
-        return round(estimate)
-
-    def encode(self, acc: bytearray) -> bytes:
-        nonzero = [(i, r) for i, r in enumerate(acc) if r]
-        if len(nonzero) * 3 < self.m:
-            out = bytearray(b"s")
-            for i, r in nonzero:
-                out += i.to_bytes(2, "big")
-                out.append(r)
-            return bytes(out)
-        return b"d" + bytes(acc)
-
-    def decode(self, data: bytes) -> bytearray:
-        acc = bytearray(self.m)
-        if data[:1] == b"d" and len(data) == self.m + 1:
-            acc[:] = data[1:]
-            return acc
-        if data[:1] == b"s" and (len(data) - 1) % 3 == 0:
-            for pos in range(1, len(data), 3):
-                idx = int.from_bytes(data[pos : pos + 2], "big")
-                if idx >= self.m:
-                    raise StateFormatError("HyperLogLog register out of range")
-                acc[idx] = data[pos + 2]
-            return acc
-        raise StateFormatError("not an encoded HyperLogLog sketch")
 
 
 class TopK(Aggregator):

@@ -210,3 +210,19 @@ def _run_session(window: RefWindow, records: Sequence[RefRecord], result: Result
             out.emissions.append((w.key, w.start, w.end, result(_values(w.members))))
             out.closed_by.append(i)
     return out
+
+
+def ref_quantile(values: Sequence[Any], q: float) -> Any:
+    """The documented rule of ``Quantiles`` (Hyndman & Fan type 7), from scratch:
+    sort everything, find the fractional rank ``(n - 1) * q`` and interpolate
+    linearly between its two neighbours (none when it is a whole rank)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q
+    below = int(rank)  # rank >= 0: truncation is the floor
+    weight = rank - below
+    if weight == 0:
+        return ordered[below]
+    above = ordered[min(below + 1, len(ordered) - 1)]
+    return ordered[below] + (above - ordered[below]) * weight

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +13,6 @@ from hypothesis import strategies as st
 
 from streamremat import (
     Aggregator,
-    ApproxDistinct,
     Collect,
     ConfigError,
     Count,
@@ -187,47 +185,6 @@ def test_topk_k_must_be_positive() -> None:
     for k in (0, -1, 1.5, True):
         with pytest.raises(ConfigError, match="TopK k"):
             TopK(k)  # type: ignore[arg-type]
-
-
-# -- ApproxDistinct (HyperLogLog) -------------------------------------------------------------
-
-
-@pytest.mark.parametrize("n", [10, 1000, 20_000, 100_000])
-def test_approx_distinct_error_is_within_four_standard_errors(n: int) -> None:
-    agg = ApproxDistinct()
-    acc = agg.zero()
-    for i in range(n):
-        acc = agg.add(acc, agg.pick(f"user-{i}"))
-    for i in range(0, n, 3):  # repeats change nothing
-        acc = agg.add(acc, agg.pick(f"user-{i}"))
-    estimate = agg.result(acc)
-    assert abs(estimate - n) / n <= 4 * agg.standard_error
-    back = agg.decode(agg.encode(acc))
-    assert back == acc
-
-
-@pytest.mark.parametrize("n", [0, 1, 2, 5, 10, 50, 100])
-def test_approx_distinct_is_near_exact_for_small_sets(n: int) -> None:
-    agg = ApproxDistinct("u")
-    acc = _fold(agg, [{"u": i} for i in range(n)] * 2)
-    assert abs(agg.result(acc) - n) <= max(1, n // 100)
-    assert len(agg.encode(acc)) <= 1 + 3 * n  # sparse: a few bytes per item
-
-
-def test_approx_distinct_merge_is_the_union() -> None:
-    agg = ApproxDistinct(precision=14)
-    a = _fold(agg, [f"x{i}" for i in range(30_000)])
-    b = _fold(agg, [f"x{i}" for i in range(20_000, 50_000)])
-    estimate = agg.result(agg.merge(a, b))
-    assert abs(estimate - 50_000) / 50_000 <= 4 * agg.standard_error
-    assert agg.standard_error == pytest.approx(1.04 / math.sqrt(2**14))
-
-
-def test_approx_distinct_precision_bounds() -> None:
-    with pytest.raises(ConfigError, match="precision"):
-        ApproxDistinct(precision=3)
-    with pytest.raises(ConfigError, match="precision"):
-        ApproxDistinct(precision=17)
 
 
 # -- custom aggregators ---------------------------------------------------------------------

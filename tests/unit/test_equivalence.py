@@ -32,8 +32,10 @@ from streamremat import (
     Hopping,
     Max,
     Mean,
+    Median,
     Min,
     Operator,
+    Quantiles,
     Session,
     Sliding,
     Sum,
@@ -43,7 +45,7 @@ from streamremat import (
 from streamremat.core.records import Record
 from streamremat.core.task import Task
 from streamremat.testing import TestDriver
-from tests.unit.reference import RefWindow, run_reference
+from tests.unit.reference import RefWindow, ref_quantile, run_reference
 
 KINDS = ("tumbling", "hopping", "sliding", "session")
 KEYS = ("a", "b", "c", "d")
@@ -82,6 +84,13 @@ AGGREGATIONS: dict[str, tuple[Callable[[], Any], Callable[[list[dict[str, Any]]]
         lambda vs: _top([(v["s"], v["v"]) for v in vs], 3),
     ),
     "distinct": (lambda: DistinctCount("s"), lambda vs: len({v["s"] for v in vs})),
+    "quantiles": (
+        lambda: Quantiles("v", [0.0, 0.25, 0.5, 0.99, 1.0]),
+        lambda vs: [ref_quantile([v["v"] for v in vs], q) for q in (0.0, 0.25, 0.5, 0.99, 1.0)]
+        if vs
+        else None,
+    ),
+    "median": (lambda: Median("v"), lambda vs: ref_quantile([v["v"] for v in vs], 0.5)),
     "dict": (
         lambda: {
             "n": Count(),
