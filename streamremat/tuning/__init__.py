@@ -14,6 +14,14 @@ from streamremat.tuning.model import (
     rto_interval,
 )
 from streamremat.tuning.policy import AdaptiveInterval, FixedInterval, IntervalPolicy
+from streamremat.tuning.remat import (
+    PlanInputs,
+    Reason,
+    Rematerialize,
+    RematPlan,
+    WindowCandidate,
+    plan,
+)
 from streamremat.tuning.tuner import Bound, Tuner, TunerDecision
 
 __all__ = [
@@ -21,15 +29,21 @@ __all__ = [
     "Bound",
     "FixedInterval",
     "IntervalPolicy",
+    "PlanInputs",
+    "Reason",
+    "RematPlan",
+    "Rematerialize",
     "Tuner",
     "TunerConfig",
     "TunerConfigError",
     "TunerDecision",
     "TunerStateError",
     "TuningError",
+    "WindowCandidate",
     "expected_waste",
     "min_feasible_rto",
     "optimal_interval",
+    "plan",
     "recovery_from_backlog",
     "recovery_time",
     "rto_interval",
