@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from streamremat.tuning.exceptions import TunerConfigError
+from streamremat.tuning.tuner import TunerDecision
 
 
 class Rematerialize(enum.Enum):
@@ -126,6 +127,32 @@ class RematPlan:
             if g.store and g.reason in FORCED:
                 out[g.reason] = out.get(g.reason, 0) + 1
         return out
+
+
+def plan_inputs(
+    decision: TunerDecision,
+    checkpoint_offset: int,
+    safe_from_offset: int | None = None,
+    replay_topic: str = "source",
+) -> PlanInputs:
+    """The planner's inputs from the tuner's decision for a checkpoint at
+    ``checkpoint_offset``; a byte cost not measured yet counts as 0 (store all)."""
+    r, t = decision.ingest_rate_eps, decision.interval_s
+    backlog = r * (t + decision.durable_latency_p90_s) if r > 0 else 0.0
+    return PlanInputs(
+        checkpoint_offset=checkpoint_offset,
+        byte_cost_s=decision.byte_cost_s or 0.0,
+        interval_s=t,
+        failure_rate_per_s=decision.failure_rate_per_s,
+        replay_rate_eps=decision.replay_rate_eps,
+        replay_rate_low_eps=decision.replay_rate_low_eps,
+        ingest_rate_eps=r,
+        downtime_p90_s=decision.downtime_p90_s,
+        worst_backlog_records=backlog,
+        rto_s=decision.rto_s,
+        safe_from_offset=safe_from_offset,
+        replay_topic=replay_topic,
+    )
 
 
 def max_extra_replay(inputs: PlanInputs) -> float:

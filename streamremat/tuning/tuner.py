@@ -53,6 +53,7 @@ class TunerDecision:
     now_s: float
     policy: str
     checkpoint_cost_s: float
+    byte_cost_s: float | None
     durable_latency_s: float
     durable_latency_p90_s: float
     downtime_s: float
@@ -123,6 +124,7 @@ class Tuner:
         self._retention_s: float | None = None
         self._durable_position_s: float | None = None
         self._checkpoint_bytes = 0
+        self._byte_cost = EwmaStat(w)  # capacity-seconds per checkpoint byte (the planner's)
 
     # -- observations -------------------------------------------------------------
 
@@ -139,6 +141,8 @@ class Tuner:
         self._latency.update(max(durable_latency_s, 0.0))
         self._durable_position_s = now_s - durable_latency_s
         self._checkpoint_bytes = size_bytes
+        if size_bytes > 0:
+            self._byte_cost.update(max(cost_s, 0.0) / size_bytes)
 
     def observe_ingest(self, now_s: float, events: int) -> None:
         """``events`` appended to the source since the previous call (first call: origin)."""
@@ -242,6 +246,7 @@ class Tuner:
             now_s=now_s,
             policy="fixed" if fixed else "adaptive",
             checkpoint_cost_s=c,
+            byte_cost_s=self._byte_cost.mean if self._byte_cost.known else None,
             durable_latency_s=l_mean,
             durable_latency_p90_s=l_hi,
             downtime_s=d_mean,
@@ -301,6 +306,7 @@ class Tuner:
             "r": self._ingest.summary(),
             "fail": self._failures.summary(),
             "T": self._interval_s,
+            "Cb": self._byte_cost.summary(),
         }
         return json.dumps(state, separators=(",", ":"), allow_nan=False).encode()
 
@@ -328,6 +334,8 @@ class Tuner:
             tuner._ingest.restore(state["r"])
             tuner._failures.restore(state["fail"])
             t = state["T"]
+            if "Cb" in state:  # absent in state written before the planner existed
+                tuner._byte_cost.restore(state["Cb"])
         except (ValueError, TypeError, KeyError) as exc:
             raise TunerStateError(f"tuner state is malformed ({exc}); start a fresh Tuner") from exc
         tuner._interval_s = None if t is None else float(t)

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamremat.tuning import Tuner, TunerConfig
 from streamremat.tuning.model import recovery_from_backlog
 from streamremat.tuning.remat import (
     PlanInputs,
@@ -21,6 +22,7 @@ from streamremat.tuning.remat import (
     WindowCandidate,
     max_extra_replay,
     plan,
+    plan_inputs,
 )
 
 C = 100_000
@@ -152,3 +154,29 @@ def test_unknown_offset_and_modes() -> None:
     unmeasured = plan(_inputs(replay_rate_eps=None, replay_rate_low_eps=None), groups)
     assert unmeasured.recompute == frozenset()
     assert unmeasured.forced() == {Reason.UNKNOWN_OFFSET: 1, Reason.NO_REPLAY_RATE: 1}
+
+
+def test_inputs_from_the_tuner() -> None:
+    """The tuner measures the cost of a checkpoint byte; the plan uses its figures,
+    and the measurement survives the tuner's round trip through a checkpoint."""
+    config = TunerConfig(rto_s=60.0)
+    tuner = Tuner(config)
+    tuner.observe_ingest(0.0, 0)
+    for i in range(1, 31):
+        tuner.observe_ingest(10.0 * i, 10_000)  # 1k/s
+        tuner.observe_checkpoint(10.0 * i, 0.2, 0.5, 2_000_000)  # 0.1 us per byte
+        tuner.observe_recovery(5.0, 200_000, 4.0)  # mu 50k/s
+    d = Tuner.from_bytes(tuner.to_bytes(), config).decision(300.0, 0)
+    assert d.byte_cost_s == pytest.approx(1e-7)
+    inputs = plan_inputs(d, 10_000_000, safe_from_offset=10, replay_topic="src")
+    assert inputs.byte_cost_s == pytest.approx(1e-7)
+    assert inputs.replay_rate_eps == pytest.approx(50_000)
+    assert inputs.worst_backlog_records == pytest.approx(1_000 * (d.interval_s + 0.5))
+    assert (inputs.rto_s, inputs.safe_from_offset, inputs.replay_topic) == (60.0, 10, "src")
+    # The RTO leaves room for (60 - 5) * 49k - backlog - 5k records of extra replay.
+    budget = max_extra_replay(inputs)
+    groups = [WindowCandidate(1, 10**9, 10_000_000 - int(budget) - 1),
+              WindowCandidate(2, 10**9, 10_000_000 - int(budget) + 1)]
+    p = plan(inputs, groups)
+    assert [(g.group, g.store, g.reason) for g in p.groups] == [
+        (1, True, Reason.RTO), (2, False, Reason.CHEAPER_TO_RECOMPUTE)]
