@@ -40,3 +40,14 @@ def test_tuner_vs_fixed_small(scenario_key: str) -> None:
     for result in scenarios.values():
         assert "adaptive" in result["policies"]
         assert {"fixed-10s", "fixed-60s", "fixed-150s", "fixed-300s"} <= set(result["policies"])
+
+
+def test_remat_sweep_small() -> None:
+    summary = _last_json(["bench/remat_sweep.py", "--small"])
+    jobs = summary["jobs"]
+    assert isinstance(jobs, dict) and set(jobs) == {"quantiles", "sessions"}
+    for rows in jobs.values():
+        for row in rows:
+            assert row["auto"]["rto_misses"] == 0 and row["auto"]["retention_misses"] == 0
+            assert row["auto"]["waste_pct"] <= row["store"]["waste_pct"]
+    assert summary["goal_met"] is True
