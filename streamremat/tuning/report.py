@@ -61,12 +61,19 @@ def describe(d: TunerDecision) -> list[str]:
     mu = _rate(d.replay_rate_eps)
     if d.replay_rate_low_eps is not None:
         mu += f" (low {_rate(d.replay_rate_low_eps)})"
+    r = _rate(d.ingest_rate_eps) if d.ingest_measured else "not measured yet"
+    if d.ingest_measured and d.replay_rate_eps is not None:
+        sigmas = (
+            f"sigma mu/r {_ratio(d.sigma)} (for T*), conservative sigma mu_low/r "
+            f"{_ratio(d.sigma_rto)} (for T_rto and the worst case)"
+        )
+    else:  # the config's prior until both rates are measured
+        sigmas = f"sigma {_ratio(d.sigma)} (prior, until r and mu are measured)"
     estimates = (
         f"estimates: C {d.checkpoint_cost_s * 1000:.1f}ms, L {d.durable_latency_s:.2f}s "
         f"(p90 {d.durable_latency_p90_s:.2f}s), D {seconds(d.downtime_s)} "
-        f"(p90 {seconds(d.downtime_p90_s)}), r {_rate(d.ingest_rate_eps)}, mu {mu}, "
-        f"sigma mu/r {_ratio(d.sigma)} (for T*), conservative sigma mu_low/r "
-        f"{_ratio(d.sigma_rto)} (for T_rto and the worst case), MTBF {d.mtbf_s / 3600:.1f}h"
+        f"(p90 {seconds(d.downtime_p90_s)}), r {r}, mu {mu}, {sigmas}, "
+        f"MTBF {d.mtbf_s / 3600:.1f}h"
     )
     recovery = (
         f"recovery if a failure happened now: predicted {seconds(d.predicted_recovery_s)} "

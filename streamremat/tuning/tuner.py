@@ -59,6 +59,7 @@ class TunerDecision:
     downtime_s: float
     downtime_p90_s: float
     ingest_rate_eps: float
+    ingest_measured: bool
     replay_rate_eps: float | None
     replay_rate_low_eps: float | None
     sigma: float
@@ -252,6 +253,7 @@ class Tuner:
             downtime_s=d_mean,
             downtime_p90_s=d_hi,
             ingest_rate_eps=r,
+            ingest_measured=self._ingest.known,
             replay_rate_eps=mu,
             replay_rate_low_eps=mu_low,
             sigma=sigma,

@@ -225,3 +225,12 @@ def test_bad_state_and_config_have_clear_errors() -> None:
         Tuner.from_bytes(b'{"v":99}', TunerConfig())
     with pytest.raises(TunerConfigError, match="--min-interval"):
         TunerConfig(min_interval_s=100.0, max_interval_s=10.0)
+
+
+def test_explain_says_when_rates_are_not_measured() -> None:
+    tuner = Tuner(TunerConfig(rto_s=120.0))
+    tuner.observe_recovery(4.0, 10_000, 1.0)  # mu measured, r not yet
+    text = tuner.decision(10.0, 0).explain()
+    assert "r not measured yet" in text
+    assert "sigma 2.00 (prior, until r and mu are measured)" in text
+    assert "sigma mu/r" not in text
