@@ -15,10 +15,13 @@ from streamremat import (
     RAW,
     STRING,
     App,
+    ApproxQuantiles,
     Collect,
     Count,
     Mean,
+    Median,
     Operator,
+    Quantiles,
     Sum,
     TopK,
     Tumbling,
@@ -143,6 +146,11 @@ def test_value_shapes_per_aggregation() -> None:
     value = orjson.loads(_sink_record(op, records).value)["value"]
     assert value == {"n": 2, "mean": 1.5, "all": [1, 2]}
     assert isinstance(value["mean"], float)
+    quantiles = Operator(name="op", source="in", sink="out", window=Tumbling(1_000),
+                         aggregate={"q": Quantiles("x", [0.0, 0.5]), "med": Median("x"),
+                                    "aq": ApproxQuantiles("x", [1.0])})
+    value = orjson.loads(_sink_record(quantiles, records).value)["value"]
+    assert value == {"q": [1, 1.5], "med": 1.5, "aq": [2.0]}
 
 
 def test_custom_output_gets_the_key_decoded_with_key_serde() -> None:
