@@ -87,6 +87,7 @@ class CheckpointScheduler:
             self.fixed = FixedInterval(seconds=settings.interval_s,
                                        records=settings.interval_records)
             self.policy = self.fixed
+        self._unclean = False
 
     # -- restore ----------------------------------------------------------------
 
@@ -103,11 +104,16 @@ class CheckpointScheduler:
             if self.fixed is None:
                 self.policy = AdaptiveInterval(self.tuner)
         self.tuner.set_retention(retention_s)
+        self._unclean = unclean
         if unclean:
             self.tuner.observe_failure(now_s)
 
     def recovered(self, downtime_s: float, replayed: int, replay_s: float) -> None:
-        self.tuner.observe_recovery(downtime_s, replayed, replay_s)
+        """The restore of ``restore`` finished. D is the downtime *per failure*: a
+        clean start or hand-over (a restore of a few ms) is no sample of it, or it
+        would drag D, and every recovery prediction, far below a real failover."""
+        self.tuner.observe_recovery(downtime_s if self._unclean else None, replayed,
+                                    replay_s)
 
     # -- live -------------------------------------------------------------------
 

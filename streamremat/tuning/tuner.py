@@ -155,9 +155,13 @@ class Tuner:
         if events > 0 and busy_s > 0:
             self._replay.update(events / busy_s)
 
-    def observe_recovery(self, downtime_s: float, replayed_events: int, replay_s: float) -> None:
-        """A restore finished: ``downtime_s`` (detect + restore), then the replay."""
-        self._downtime.update(max(downtime_s, 0.0))
+    def observe_recovery(
+        self, downtime_s: float | None, replayed_events: int, replay_s: float
+    ) -> None:
+        """A restore finished: ``downtime_s`` (detect + restore; ``None`` after a clean
+        stop or hand-over, which is no failure), then the replay."""
+        if downtime_s is not None:
+            self._downtime.update(max(downtime_s, 0.0))
         if replayed_events > 0 and replay_s > 0:
             self._replay.update(replayed_events / replay_s)
 

@@ -85,3 +85,16 @@ def test_tune_and_the_worker_log_say_the_same() -> None:
 def test_checkpoint_without_tuner_state() -> None:
     age, d = explain_task(CheckpointScheduler(CheckpointSettings(), 10.0), b"", 5, 9, None, 1.0)
     assert age is None and d is None
+
+
+def test_only_failures_are_downtime_samples() -> None:
+    """D is the downtime per failure: a clean start restores in milliseconds, and
+    counting it would make every predicted recovery far shorter than a failover."""
+    clean = CheckpointScheduler(CheckpointSettings(), detect_s=10.0)
+    clean.restore(b"", False, 0.0, None)
+    clean.recovered(0.05, 10_000, 0.1)
+    assert clean.decision(1.0, 0.0, 0).downtime_s == pytest.approx(12.0)  # the prior
+    crashed = CheckpointScheduler(CheckpointSettings(), detect_s=10.0)
+    crashed.restore(b"", True, 0.0, None)
+    crashed.recovered(4.0, 10_000, 0.1)
+    assert crashed.decision(1.0, 0.0, 0).downtime_s == pytest.approx((12.0 + 4.0) / 2)
