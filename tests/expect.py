@@ -63,8 +63,9 @@ class Expected:
     dead_letters: dict[str, str] = field(default_factory=dict)
     #: "topic/partition/offset" of records late for at least one of their windows
     late: set[str] = field(default_factory=set)
-    #: per result, the (partition, offset) of the source record whose arrival closed it
-    closed_by: dict[Result, tuple[int, int]] = field(default_factory=dict)
+    #: per result, the (partition, offset) of the source record whose arrival closed
+    #: it, once per occurrence: two partitions may emit the same (key, window, value)
+    closed_by: dict[Result, list[tuple[int, int]]] = field(default_factory=dict)
 
 
 def canon(value: Any) -> str:
@@ -106,7 +107,7 @@ def expected_output(op: RefOperator, rows: Iterable[SourceRow]) -> Expected:
         for (key, start, end, value), i in zip(ref.emissions, ref.closed_by, strict=True):
             result = (key, start, end, canon(value))
             out.results[result] += 1
-            out.closed_by[result] = (p, accepted[i].offset)
+            out.closed_by.setdefault(result, []).append((p, accepted[i].offset))
         out.late.update(f"{op.source}/{p}/{accepted[i].offset}" for i in ref.late)
     return out
 
@@ -144,9 +145,10 @@ def allowed_duplicates(
     ``end`` bounds what the lost worker had read (the source end right after it).
     """
     allowed: Counter[Result] = Counter()
-    for result, (p, offset) in expected.closed_by.items():
-        for ranges in replay_ranges:
-            lo, hi = ranges.get(p, (0, 0))
-            if lo <= offset < hi:
-                allowed[result] += 1
+    for result, closers in expected.closed_by.items():
+        for p, offset in closers:
+            for ranges in replay_ranges:
+                lo, hi = ranges.get(p, (0, 0))
+                if lo <= offset < hi:
+                    allowed[result] += 1
     return allowed
