@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from streamremat import App, Count, Operator, Sum, Tumbling
@@ -206,3 +207,63 @@ async def test_new_group_starts_at_the_log_start_and_says_so(
     assert skipped == [0.0]
     assert await read_sink(kafka_bootstrap, f"{source}-out") == Counter(
         reference_emissions(records[200:]))
+
+
+async def _produce_transactions(bootstrap: str, topic: str, records: list[Any],
+                                size: int, abort: set[int]) -> tuple[list[Any], int]:
+    """``records`` in transactions of ``size``, aborting the ``abort``-th ones; return
+    the committed records and the offset after the last committed one."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5,
+                                transactional_id=f"source-{uuid.uuid4().hex[:8]}")
+    await producer.start()
+    kept, after = [], 0
+    try:
+        for n, i in enumerate(range(0, len(records), size)):
+            chunk = records[i:i + size]
+            await producer.begin_transaction()
+            futures = [await producer.send(topic, r.value, key=r.key, partition=0,
+                                           timestamp_ms=r.timestamp_ms) for r in chunk]
+            sent = await asyncio.gather(*futures)
+            if n in abort:
+                await producer.abort_transaction()
+            else:
+                await producer.commit_transaction()
+                kept.extend(chunk)
+                after = sent[-1].offset + 1
+    finally:
+        await producer.stop()
+    return kept, after
+
+
+async def test_transaction_markers_and_aborted_records_are_no_gap(
+    kafka_bootstrap: str, new_topic: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A transactional source skips an offset per commit marker and every aborted
+    record. Small batches start past the position again and again, live and in a
+    replay; under the default ``fail`` none of it is a gap."""
+    source = new_topic(1, {"retention.ms": "-1"})
+    app = _app(source)
+    records = make_records(1_200, int(time.time() * 1000) - 60_000, seed=14)
+    kept1, k1 = await _produce_transactions(kafka_bootstrap, source, records[:600], 70, {2})
+    assert await _run_until(Worker(app, _settings(kafka_bootstrap, tmp_path / "a",
+                                                  max_batch_records=50)), source, k1) == 0
+    # A new machine: rebuilt from offset 0, a replay over markers and aborted records;
+    # then transactions arrive while it is live, each fetched after its marker.
+    worker = Worker(app, _settings(kafka_bootstrap, tmp_path / "b", max_batch_records=50))
+    task = asyncio.create_task(worker.run(handle_signals=False))
+    try:
+        kept2, k2 = await _produce_transactions(kafka_bootstrap, source, records[600:], 70,
+                                                {1, 5})
+        deadline = time.monotonic() + 60
+        while (await committed(kafka_bootstrap, worker.group_id, source) or 0) < k2:
+            assert not task.done(), f"worker stopped with {task.result()}\n{_messages(caplog)}"
+            assert time.monotonic() < deadline, _messages(caplog)
+            await asyncio.sleep(0.2)
+    finally:
+        worker.stop()
+    assert await asyncio.wait_for(task, 60) == 0
+    text = _messages(caplog)
+    assert "retention gap" not in text and "below the log start" not in text, text
+    expected = Counter(reference_emissions(kept1 + kept2))
+    assert sum(expected.values()) > 50
+    assert await read_sink(kafka_bootstrap, f"{source}-out") == expected
