@@ -27,6 +27,14 @@ the same everywhere. Measured per key count, repetitions interleaved:
   time until the committed offsets cover them (recovery = restart to caught up);
   the results must equal the reference computed by ``raw``.
 
+``--job rekeyed`` runs the same aggregation per the value's ``shop`` field, which
+is not the record key, so every engine re-keys through a repartition topic
+(streamremat ``key_by``, Quix ``group_by``, faust ``group_by``) with a grace
+covering the whole input (a backlog's source partitions interleave in the
+repartition topic in any order); its state bytes include the repartition
+topics, and the cross-check closes every window with one record per shop far
+ahead and compares with the reference computed per shop over all records.
+
 Usage::
 
     python bench/peers.py --setup                # make .venv-peers
@@ -79,6 +87,8 @@ PEERS_VENV = ROOT / ".venv-peers"
 MAIN_PY = sys.executable
 PARTITIONS = 4
 WINDOW_MS = 60_000
+#: the re-keyed job's grace: more than the 10 windows the input spans
+REKEY_GRACE_MS = 12 * WINDOW_MS
 ENGINES = ("raw", "streamremat", "quix", "faust")
 PEER_MODULES = {"quix": "quixstreams", "faust": "faust"}
 SMALL_EVENTS = 20_000
@@ -155,10 +165,12 @@ class BenchBroker(DevBroker):
 # -- data ----------------------------------------------------------------------
 
 
-def make_events(n: int, n_keys: int, base_ms: int, seed: int = 7) -> list[tuple[Any, ...]]:
+def make_events(n: int, n_keys: int, base_ms: int, seed: int = 7,
+                rekey: bool = False) -> list[tuple[Any, ...]]:
     """``n`` records over ``n_keys`` JSON-string keys; timestamps increasing, spread
     over at least 10 windows and ending at ``base_ms`` (recent: the broker's
-    retention would delete old segments)."""
+    retention would delete old segments). ``rekey``: values also carry a ``shop``
+    (``n_keys`` of them) drawn independently of the record key."""
     rng = random.Random(seed)
     keys = [json.dumps(f"u{i}").encode() for i in range(n_keys)]
     out = []
@@ -167,8 +179,18 @@ def make_events(n: int, n_keys: int, base_ms: int, seed: int = 7) -> list[tuple[
     for i in range(n):
         k = rng.randrange(n_keys)
         value = f'{{"amount":{rng.randrange(1000)},"page":"/p/{i % 50}","user":"u{k}"}}'
+        if rekey:
+            value = value[:-1] + f',"shop":"s{rng.randrange(n_keys)}"}}'
         out.append((keys[k], value.encode(), start + i * step, None, ()))
     return out
+
+
+def closers(events: list[tuple[Any, ...]], ts: int) -> list[tuple[Any, ...]]:
+    """One record per shop of ``events`` at ``ts`` (re-keyed job)."""
+    shops = sorted({json.loads(e[1])["shop"] for e in events})
+    return [(json.dumps(shop).encode(),
+             json.dumps({"amount": 0, "page": "/p/0", "user": "x", "shop": shop}).encode(),
+             ts, None, ()) for shop in shops]
 
 
 async def new_input_topic(bootstrap: str, name: str, events: list[tuple[Any, ...]]) -> None:
@@ -218,12 +240,16 @@ def _index_bytes(d: Path) -> int:
 
 
 def state_topics(engine: str, group: str, topics: list[str]) -> list[str]:
+    """The engine's internal topics: changelogs or checkpoints, and repartition topics."""
     if engine == "streamremat":
-        return [t for t in topics if t == f"streamremat-{group}-checkpoints"]
+        return [t for t in topics if t in (f"streamremat-{group}-checkpoints",
+                                           f"streamremat-{group}-win-repartition")]
     if engine == "quix":
-        return [t for t in topics if t.startswith(f"changelog__{group}")]
+        return [t for t in topics if t.startswith((f"changelog__{group}",
+                                                   f"repartition__{group}"))]
     if engine == "faust":
-        return [t for t in topics if t.startswith(f"{group}-") and t.endswith("-changelog")]
+        return [t for t in topics if t.startswith(f"{group}-")
+                and t.endswith(("-changelog", "-repartition"))]
     return []
 
 
@@ -240,6 +266,7 @@ class Run:
     log_path: Path
     commit_interval: float
     checkpoint_interval: float
+    rekey: bool = False
     proc: subprocess.Popen[bytes] | None = None
     logs: list[Path] = field(default_factory=list)
 
@@ -248,7 +275,8 @@ class Run:
         return f"{self.group}-out"
 
     def command(self) -> tuple[list[str], dict[str, str], Path]:
-        env = dict(os.environ)
+        env = dict(os.environ, PEERS_GROUP_BY="shop" if self.rekey else "",
+                   PEERS_GRACE_MS=str(REKEY_GRACE_MS if self.rekey else 0))
         if self.engine == "streamremat":
             env.update(PEERS_INPUT=self.topic, PEERS_OUTPUT=self.output, PEERS_APP=self.group)
             cmd = [
@@ -344,7 +372,7 @@ async def engine_windows(run: Run) -> Windows:
     for r in await consume_all(run.bootstrap, run.output, isolation_level="read_committed",
                                timeout_s=120):
         v = json.loads(r.value or b"null")
-        key = (r.key or b"").decode()
+        key = _plain_key((r.key or b"").decode())
         if run.engine == "streamremat":
             start, count, total = v["start_ms"], v["value"]["count"], v["value"]["sum"]
         else:  # quix
@@ -366,7 +394,7 @@ async def faust_windows(run: Run) -> Windows:
             # faust windowed keys: [key, [start_s, end_s]], the key as str(bytes): "b'...'"
             key, (start_s, _end) = k
             if isinstance(key, str) and key[:2] in ("b'", 'b"'):
-                key = ast.literal_eval(key).decode()
+                key = _plain_key(ast.literal_eval(key).decode())
             if r.value is None:
                 out.pop((key, round(start_s * 1000)), None)
                 continue
@@ -375,7 +403,23 @@ async def faust_windows(run: Run) -> Windows:
     return out
 
 
-def compare(reference: Windows, got: Windows, engine: str) -> dict[str, Any]:
+def _plain_key(key: str) -> str:
+    """Keys as the reference writes them: a JSON string key (streamremat's ``key_by``
+    encoding) is compared by its text."""
+    if key[:1] == '"':
+        with contextlib.suppress(ValueError):
+            return str(json.loads(key))
+    return key
+
+
+def compare(reference: Windows, got: Windows, engine: str,
+            before_ms: int | None = None) -> dict[str, Any]:
+    """``before_ms`` (re-keyed job): only windows starting before it count, both ways:
+    near the end of the input, which windows closed depends on each repartition
+    partition's stream time."""
+    if before_ms is not None:
+        reference = {k: v for k, v in reference.items() if k[1] < before_ms}
+        got = {k: v for k, v in got.items() if k[1] < before_ms}
     missing = [k for k in reference if k not in got]
     wrong = [k for k in reference if k in got and got[k] != reference[k]]
     extra = [k for k in got if k not in reference]
@@ -387,10 +431,13 @@ def compare(reference: Windows, got: Windows, engine: str) -> dict[str, Any]:
                         for k in (wrong or missing)[:2]]}
 
 
-def raw_reference(bootstrap: str, topic: str, with_windows: bool) -> dict[str, Any]:
+def raw_reference(bootstrap: str, topic: str, with_windows: bool,
+                  rekey: bool = False) -> dict[str, Any]:
     cmd = [MAIN_PY, str(JOBS / "raw_job.py"), bootstrap, topic]
     if with_windows:
         cmd.append("--windows")
+    if rekey:
+        cmd += ["--group-by", "shop", "--grace-ms", str(REKEY_GRACE_MS)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -421,18 +468,20 @@ class Config:
     checkpoint_interval: float
     cap_s: float
     keep: bool
+    rekey: bool = False
 
 
 async def throughput_run(cfg: Config, engine: str, topic: str, total: int, tag: str
                          ) -> dict[str, Any]:
     if engine == "raw":
-        out = raw_reference(cfg.bootstrap, topic, with_windows=False)
+        out = raw_reference(cfg.bootstrap, topic, with_windows=False, rekey=cfg.rekey)
         return {"events_per_s": out["events"] / out["seconds"], "events": out["events"],
                 "seconds": out["seconds"], "capped": False, "state_bytes": 0,
                 "local_state_bytes": 0, "topic_bytes": 0, "state_records": 0}
     group = f"peers-{engine}-{tag}-{uuid.uuid4().hex[:6]}"
     run = Run(engine, cfg.bootstrap, topic, group, cfg.work / "state" / group,
-              cfg.work / "logs" / group, cfg.commit_interval, cfg.checkpoint_interval)
+              cfg.work / "logs" / group, cfg.commit_interval, cfg.checkpoint_interval,
+              cfg.rekey)
     run.log_path.parent.mkdir(parents=True, exist_ok=True)
     target = await end_offsets(cfg.bootstrap, topic)
     run.start()
@@ -468,7 +517,8 @@ async def recovery_run(cfg: Config, engine: str, events: list[tuple[Any, ...]],
     topic = f"{group}-in"
     await new_input_topic(cfg.bootstrap, topic, events)
     run = Run(engine, cfg.bootstrap, topic, group, cfg.work / "state" / group,
-              cfg.work / "logs" / group, cfg.commit_interval, cfg.checkpoint_interval)
+              cfg.work / "logs" / group, cfg.commit_interval, cfg.checkpoint_interval,
+              cfg.rekey)
     run.log_path.parent.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {}
     try:
@@ -478,13 +528,30 @@ async def recovery_run(cfg: Config, engine: str, events: list[tuple[Any, ...]],
         if w["capped"]:
             run.kill()
             return {"error": f"not caught up after {cfg.cap_s * 3:.0f} s"}
+        before = None
+        if cfg.rekey:
+            # A backlog's source partitions interleave in the repartition topic in any
+            # order, so the grace covers the whole input; then one record per shop far
+            # ahead closes every window of the input, on every repartition partition.
+            before = events[-1][2] + 1
+            await produce(cfg.bootstrap, topic,
+                          closers(events, before + REKEY_GRACE_MS + WINDOW_MS))
+            w = await run.wait_for(await end_offsets(cfg.bootstrap, topic), cfg.cap_s * 3)
         got = await engine_windows(run)
+        # Re-keyed: results come after both stages; wait for them (bounded).
+        deadline = time.monotonic() + cfg.cap_s
+        while (cfg.rekey and reference is not None and engine != "faust"
+               and time.monotonic() < deadline
+               and sum(1 for k in got if k[1] < (before or 0)) < len(reference)):
+            await asyncio.sleep(1.0)
+            got = await engine_windows(run)
         if reference is not None:
-            result["crosscheck"] = compare(reference, got, engine)
+            result["crosscheck"] = compare(reference, got, engine, before)
         run.kill(signal.SIGKILL)  # at the end of the input: the same offset everywhere
         last_ts = events[-1][2]
         keys = sorted({e[0] for e in events[-2000:]})[:64]
-        tail = [(k, json.dumps({"amount": 1, "page": "/p/0", "user": "x"}).encode(), last_ts,
+        tail = [(k, json.dumps({"amount": 1, "page": "/p/0", "user": "x", "shop": "x"}).encode(),
+                 last_ts,
                  None, ()) for k in keys]
         await produce(cfg.bootstrap, topic, tail)
         target = await end_offsets(cfg.bootstrap, topic)
@@ -528,10 +595,17 @@ def median(values: list[float | None]) -> float | None:
 
 async def bench(cfg: Config) -> dict[str, Any]:
     runnable = {e: peer_status(e) for e in cfg.engines}
+    if cfg.rekey and runnable.get("faust") is None and "faust" in runnable:
+        # Its group_by under exactly-once made no progress here (about 150 events/s,
+        # no table updates reached the changelog): reported, not measured.
+        runnable["faust"] = "re-keyed job not run: faust group_by stalls under exactly_once"
     engines = [e for e in cfg.engines if runnable[e] is None]
     summary: dict[str, Any] = {
-        "benchmark": "peers", "events": cfg.events, "recovery_events": cfg.recovery_events,
-        "partitions": PARTITIONS, "window": "tumbling 60 s, grace 0, count+sum per key",
+        "benchmark": "peers", "job": "rekeyed" if cfg.rekey else "keyed",
+        "events": cfg.events, "recovery_events": cfg.recovery_events,
+        "partitions": PARTITIONS,
+        "window": ("tumbling 60 s, grace 12 min, count+sum per shop (not the record key)"
+                   if cfg.rekey else "tumbling 60 s, grace 0, count+sum per key"),
         "reps": cfg.reps, "commit_interval_s": cfg.commit_interval,
         "streamremat_checkpoint": f"fixed, every {cfg.checkpoint_interval:g} s",
         "cap_s": cfg.cap_s,
@@ -544,14 +618,15 @@ async def bench(cfg: Config) -> dict[str, Any]:
         base = int(time.time() * 1000)
         big = f"peers-in-{n_keys}-{uuid.uuid4().hex[:6]}"
         t0 = time.monotonic()
-        await new_input_topic(cfg.bootstrap, big, make_events(cfg.events, n_keys, base))
+        await new_input_topic(cfg.bootstrap, big,
+                              make_events(cfg.events, n_keys, base, rekey=cfg.rekey))
         print(f"[{n_keys} keys] produced {cfg.events} events in {time.monotonic() - t0:.1f} s",
               file=sys.stderr, flush=True)
-        rec_events = make_events(cfg.recovery_events, n_keys, base, seed=11)
+        rec_events = make_events(cfg.recovery_events, n_keys, base, seed=11, rekey=cfg.rekey)
         ref_topic = f"peers-ref-{n_keys}-{uuid.uuid4().hex[:6]}"
         await new_input_topic(cfg.bootstrap, ref_topic, rec_events)
-        ref = raw_reference(cfg.bootstrap, ref_topic, with_windows=True)
-        reference: Windows = {(k, s): (c, t) for k, s, c, t in ref["windows"]}
+        ref = raw_reference(cfg.bootstrap, ref_topic, with_windows=True, rekey=cfg.rekey)
+        reference: Windows = {(_plain_key(k), s): (c, t) for k, s, c, t in ref["windows"]}
         await delete_topics(cfg.bootstrap, [ref_topic])
         per: dict[str, list[dict[str, Any]]] = {e: [] for e in engines}
         rec: dict[str, list[dict[str, Any]]] = {e: [] for e in engines}
@@ -716,6 +791,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="stop a throughput run after this long (rate over what it did)")
     p.add_argument("--plot", type=Path, help="write the PNG here")
     p.add_argument("--keep", action="store_true", help="keep topics and state dirs")
+    p.add_argument("--job", choices=("keyed", "rekeyed"), default="keyed",
+                   help="rekeyed: per the value's shop field, through repartition topics")
     args = p.parse_args(argv)
     if args.setup:
         setup_peers()
@@ -739,7 +816,7 @@ def main(argv: list[str] | None = None) -> int:
         recovery_events=rec_events, keys=[int(k) for k in args.keys.split(",")],
         reps=args.reps, engines=[e for e in args.engines.split(",") if e],
         commit_interval=args.commit_interval, checkpoint_interval=args.checkpoint_interval,
-        cap_s=args.cap_seconds, keep=args.keep,
+        cap_s=args.cap_seconds, keep=args.keep, rekey=args.job == "rekeyed",
     )
     try:
         summary = asyncio.run(bench(cfg))

@@ -8,12 +8,15 @@ commit_interval_s.
 faust has no "emit when the window closes by event time": windows expire by wall
 clock (``expires``) in a periodic cleanup. So windows are kept (expires = 1 day)
 and the final values are read from the changelog's last value per window key.
+With $PEERS_GROUP_BY (the re-keyed job) the stream is ``group_by`` that value field
+first (a repartition topic).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from datetime import timedelta
 
@@ -42,8 +45,17 @@ table = app.Table("win", default=lambda: [0, 0], partitions=4).tumbling(
 ).relative_to_stream()
 
 
+FIELD = os.environ.get("PEERS_GROUP_BY") or None
+
+
+def _new_key(value: bytes) -> bytes:
+    return str(json.loads(value)[FIELD]).encode()
+
+
 @app.agent(topic)
 async def aggregate(stream: faust.StreamT) -> None:
+    if FIELD:
+        stream = stream.group_by(_new_key, name=FIELD)
     async for event in stream.events():
         amount = json.loads(event.value)["amount"]
         window = table[event.key]

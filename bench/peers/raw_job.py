@@ -7,7 +7,12 @@ stream time exactly as DESIGN.md section 4 says (grace 0). Prints one JSON line:
 ``{"events": N, "seconds": S, "windows": [[key, start_ms, count, sum], ...]}``
 (``windows`` only with ``--windows``: the reference results of the cross-check).
 
-Usage: python raw_job.py BOOTSTRAP TOPIC [--windows]
+``--group-by FIELD --grace-ms G`` (the re-keyed job): per that value field instead
+of the key, grace G; the reference windows are then computed per field over all
+records in event-time order (one stream time, as one task per key would see it
+without skew between source partitions).
+
+Usage: python raw_job.py BOOTSTRAP TOPIC [--windows] [--group-by FIELD --grace-ms G]
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 SIZE_MS = 60_000
 
 
-async def run(bootstrap: str, topic: str) -> dict[str, Any]:
+async def run(bootstrap: str, topic: str, field: str | None = None,
+              grace_ms: int = 0, reference: bool = False) -> dict[str, Any]:
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
         auto_offset_reset="earliest", isolation_level="read_committed",
@@ -46,6 +52,7 @@ async def run(bootstrap: str, topic: str) -> dict[str, Any]:
         closed: list[list[Any]] = []
         events = 0
         loads = json.loads
+        seen: list[tuple[int, str, int]] = []  # (t, field value, amount): --group-by
         started = time.perf_counter()
         while remaining:
             batches = await consumer.getmany(*remaining, timeout_ms=200, max_records=5000)
@@ -56,22 +63,28 @@ async def run(bootstrap: str, topic: str) -> dict[str, Any]:
                     if m.offset >= ends[tp]:
                         break
                     events += 1
-                    amount = loads(m.value)["amount"]
+                    value = loads(m.value)
+                    amount = value["amount"]
+                    key = m.key
+                    if field is not None:
+                        key = str(value[field]).encode()
+                        if reference:
+                            seen.append((m.timestamp, key.decode(), amount))
                     t = m.timestamp
                     if t > st:
                         st = t
-                        while order and order[0] + SIZE_MS <= st:
+                        while order and order[0] + SIZE_MS + grace_ms <= st:
                             _close(order.pop(0), state, closed)
                     start = t - t % SIZE_MS
-                    if start + SIZE_MS <= st:
+                    if start + SIZE_MS + grace_ms <= st:
                         continue  # late: its window has closed
                     window = state.get(start)
                     if window is None:
                         window = state[start] = {}
                         bisect.insort(order, start)
-                    acc = window.get(m.key)
+                    acc = window.get(key)
                     if acc is None:
-                        window[m.key] = [1, amount]
+                        window[key] = [1, amount]
                     else:
                         acc[0] += 1
                         acc[1] += amount
@@ -81,7 +94,29 @@ async def run(bootstrap: str, topic: str) -> dict[str, Any]:
         seconds = time.perf_counter() - started
     finally:
         await consumer.stop()
+    if field is not None and reference:
+        closed = _per_field(seen, grace_ms)
     return {"events": events, "seconds": seconds, "windows": closed}
+
+
+def _per_field(seen: list[tuple[int, str, int]], grace_ms: int) -> list[list[Any]]:
+    """The closed windows per field value over all records in event-time order."""
+    seen.sort(key=lambda r: r[0])
+    state: dict[int, dict[str, list[int]]] = {}
+    closed: list[list[Any]] = []
+    st = -1
+    for t, key, amount in seen:
+        st = max(st, t)
+        for start in sorted(s for s in state if s + SIZE_MS + grace_ms <= st):
+            for k, (count, total) in state.pop(start).items():
+                closed.append([k, start, count, total])
+        acc = state.setdefault(t - t % SIZE_MS, {}).setdefault(key, [0, 0])
+        acc[0] += 1
+        acc[1] += amount
+    for start in sorted(state):  # the end of the input closes what is left
+        for k, (count, total) in state[start].items():
+            closed.append([k, start, count, total])
+    return closed
 
 
 def _close(start: int, state: dict[int, dict[bytes, list[int]]], closed: list[list[Any]]) -> None:
@@ -91,7 +126,9 @@ def _close(start: int, state: dict[int, dict[bytes, list[int]]], closed: list[li
 
 def main() -> None:
     bootstrap, topic = sys.argv[1:3]
-    out = asyncio.run(run(bootstrap, topic))
+    field = sys.argv[sys.argv.index("--group-by") + 1] if "--group-by" in sys.argv else None
+    grace = int(sys.argv[sys.argv.index("--grace-ms") + 1]) if "--grace-ms" in sys.argv else 0
+    out = asyncio.run(run(bootstrap, topic, field, grace, "--windows" in sys.argv))
     if "--windows" not in sys.argv:
         out["windows_closed"] = len(out.pop("windows"))
     print(json.dumps(out))

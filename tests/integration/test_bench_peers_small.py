@@ -75,3 +75,29 @@ def test_bench_peers_small(
     assert sr["exactly_once_outputs"] == [True]
     assert (tmp_path / "peers.png").stat().st_size > 0
     assert "| 1000 | streamremat |" in done.stdout
+
+
+@pytest.mark.timeout(600)
+def test_bench_peers_small_rekeyed(
+    kafka_bootstrap: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The re-keyed job (per the value's shop field, through the repartition topic):
+    streamremat's results equal the reference computed per shop over all records,
+    and its state bytes include the repartition topic."""
+    cmd = [sys.executable, str(SCRIPT), "--small", "--keys", "1000", "--job", "rekeyed",
+           "--engines", "raw,streamremat", "--bootstrap", kafka_bootstrap,
+           "--work-dir", str(tmp_path / "work")]
+    log_dir = _log_dir(kafka_bootstrap, tmp_path_factory)
+    if log_dir is not None:
+        cmd += ["--log-dir", str(log_dir)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=540, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-4000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["job"] == "rekeyed"
+    sr = summary["results"]["1000"]["streamremat"]
+    assert sr["events_measured"] == 20_000 and not sr["capped"]
+    assert sr["crosscheck_equal"], sr["crosscheck"]
+    assert sr["crosscheck"]["reference_windows"] > 100
+    assert sr["exactly_once_outputs"] == [True]
+    # The repartition topic (every event once) is part of what it writes.
+    assert sr["state_records"] >= 20_000
