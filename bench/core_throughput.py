@@ -14,6 +14,11 @@ timing and fed in batches of ``--batch`` (default 1000, like the worker's
 Event time advances 1 ms per event, with a little jitter back in time. Usage::
 
     python bench/core_throughput.py [--events N] [--small] [--only NAME] [--profile NAME]
+                                    [--gc-ab]
+
+``--gc-ab`` runs every scenario with CPython's default GC and with the worker's
+tuning (``streamremat/runtime/gc_tuning.py``), alternating, best of two each, and
+reports the ratio (the prebuilt records are frozen with it, as restored state is).
 
 The last line of stdout is a JSON summary (events/s per scenario).
 """
@@ -35,6 +40,7 @@ from typing import Any
 from streamremat import RAW, Count, Hopping, Operator, Session, Sum, Tumbling
 from streamremat.core.records import Record
 from streamremat.core.task import Task
+from streamremat.runtime import gc_tuning
 
 SMALL_EVENTS = 20_000
 
@@ -82,6 +88,23 @@ def run(op: Operator, batches: list[list[Record]]) -> tuple[float, int, int]:
     return time.perf_counter() - start, results, late
 
 
+def gc_ab(make: Callable[[], Operator], batches: list[list[Record]], n: int) -> dict[str, Any]:
+    """Events/s with the default GC and with the worker's tuning, best of two each."""
+    best = {"default": 0.0, "tuned": 0.0}
+    for _ in range(2):
+        for mode in best:
+            if mode == "tuned":
+                gc_tuning.start()
+            try:
+                seconds = run(make(), batches)[0]
+            finally:
+                if mode == "tuned":
+                    gc_tuning.stop()
+            best[mode] = max(best[mode], n / seconds)
+    return {"default": round(best["default"]), "tuned": round(best["tuned"]),
+            "ratio": round(best["tuned"] / best["default"], 3)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -89,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--only", action="append", choices=sorted(SCENARIOS))
     parser.add_argument("--profile", choices=sorted(SCENARIOS), help="cProfile one scenario")
+    parser.add_argument("--gc-ab", action="store_true",
+                        help="default GC vs the worker's GC tuning, alternating")
     args = parser.parse_args(argv)
     n = SMALL_EVENTS if args.small else args.events
 
@@ -109,6 +134,11 @@ def main(argv: list[str] | None = None) -> int:
             records_by_keys[n_keys] = build_records(n, n_keys)
         records = records_by_keys[n_keys]
         batches = [records[i : i + args.batch] for i in range(0, n, args.batch)]
+        if args.gc_ab:
+            summary[name] = gc_ab(make, batches, n)
+            print(f"{name:30s} default GC {summary[name]['default']:>12,} events/s, tuned "
+                  f"{summary[name]['tuned']:>12,} events/s: x{summary[name]['ratio']}")
+            continue
         seconds, results, late = run(make(), batches)
         eps = n / seconds
         summary[name] = round(eps)

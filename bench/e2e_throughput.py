@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import io
 import json
 import logging
@@ -212,7 +213,18 @@ class Breakdown:
         setattr(owner, attr, wrapped)
         self._undo.append(lambda: setattr(owner, attr, orig))
 
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self._add(f"gc generation {info['generation']}",
+                      time.perf_counter() - self._gc_started)
+
     def install(self) -> None:
+        # Time inside the cyclic GC (runtime/gc_tuning.py), by generation collected.
+        self._gc_started = 0.0
+        gc.callbacks.append(self._on_gc)
+        self._undo.append(lambda: gc.callbacks.remove(self._on_gc))
         self.wrap_async(Worker, "_process", "worker._process (engine + flush)")
         self.wrap_sync(PartitionRunner, "process", "runner.process (engine + to_records)")
         self.wrap_sync(Task, "process", "task.process (engine)")
@@ -466,7 +478,7 @@ async def run(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
                 bootstrap_servers=bootstrap, group_id=group,
                 state_dir=str(work_dir / f"state-live-{run_id}"),
                 max_batch_records=args.max_batch, checkpoints=ck,
-                worker_id=f"bench-live-{run_id}",
+                worker_id=f"bench-live-{run_id}", tune_gc=args.gc == "tuned",
             )
             app = App(app_name, [op], kafka=KafkaSettings(bootstrap_servers=bootstrap))
             created += [op.sink, op.dead_letter_topic, app.checkpoint_topic]
@@ -490,7 +502,7 @@ async def run(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
                 bootstrap_servers=bootstrap, group_id=group,
                 state_dir=str(work_dir / f"state-replay-{run_id}"),
                 max_batch_records=args.max_batch, checkpoints=ck,
-                worker_id=f"bench-replay-{run_id}",
+                worker_id=f"bench-replay-{run_id}", tune_gc=args.gc == "tuned",
             )
             replay = await replay_phase(replay_app, replay_settings, ends, args.timeout)
             print(f"replay: {replay['replayed']:,} records in {replay['seconds']:.2f} s = "
@@ -517,6 +529,7 @@ async def run(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
         "guarantee": "exactly_once",
         "python": platform.python_version(),
         "profiled": bool(args.profile),
+        "gc": args.gc,
         "raw_events_per_s": round(raw_eps),
         "live_events_per_s": round(live_eps),
         "replay_events_per_s": round(replay_eps),
@@ -584,6 +597,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-verify", dest="verify", action="store_false",
                         help="don't read the sink back to check the results")
     parser.add_argument("--keep-topics", action="store_true")
+    parser.add_argument("--gc", choices=("tuned", "default"), default="tuned",
+                        help="the workers' GC: tuned (runtime/gc_tuning.py) or CPython's default")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per worker phase, s")
     parser.add_argument("-v", "--verbose", action="store_true", help="worker logs to stderr")
     args = parser.parse_args(argv)

@@ -107,6 +107,8 @@ class WorkerSettings:
     #: need (``repartition_retention_margin`` x keep x max interval); < 0 unlimited
     repartition_retention_s: float | None = None
     repartition_retention_margin: float = 2.0
+    #: raise the young GC threshold and freeze state after restore (runtime/gc_tuning.py)
+    tune_gc: bool = True
 
     def __post_init__(self) -> None:
         if self.kafka is None:

@@ -22,7 +22,7 @@ from aiokafka.errors import IllegalStateError, InvalidProducerEpoch, KafkaError,
 from streamremat.core.operator import App
 from streamremat.core.topology import Stage, compile_app
 from streamremat.metrics.sensor import Sensor
-from streamremat.runtime import gaps
+from streamremat.runtime import gaps, gc_tuning
 from streamremat.runtime.access import AUTHORIZATION_ERRORS, access_denied, check_connection
 from streamremat.runtime.exceptions import KafkaAccessError, WorkerError
 from streamremat.runtime.kafka import (
@@ -109,8 +109,12 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.add_signal_handler(sig, self.stop)
+        tuned_gc = False
         try:
             await self._start()
+            if self.settings.tune_gc:
+                gc_tuning.start()
+                tuned_gc = True
             await self._loop()
         except WorkerError as exc:
             log.error("%s", exc)
@@ -122,6 +126,8 @@ class Worker:
             log.error("%s", self._fatal)
         finally:
             clean = await self._shutdown()
+            if tuned_gc:
+                gc_tuning.stop()
         if self._fatal is not None:
             return 2
         return 0 if clean else 1
@@ -436,6 +442,8 @@ class Worker:
                      key=lambda tp: (tp.topic, tp.partition))
         self._to_recover.clear()
         await self._assign(tps)
+        if self.settings.tune_gc and tps:
+            gc_tuning.freeze()  # the restored state is long-lived
         ready = [tp for tp in tps if tp in self.runners]
         if ready:
             self._consumer.resume(*ready)
