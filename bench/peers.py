@@ -48,33 +48,54 @@ line of stdout is a JSON summary.
 from __future__ import annotations
 
 import argparse
-import ast
 import asyncio
 import contextlib
 import json
 import os
 import platform
 import random
-import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _peers_report import _fmt, _summarize, goals, plot, table  # noqa: E402
+from _peers_run import (  # noqa: E402
+    ENGINES,
+    JOBS,
+    PARTITIONS,
+    PEER_MODULES,
+    PEERS_VENV,
+    REKEY_GRACE_MS,
+    SMALL_EVENTS,
+    WINDOW_MS,
+    Run,
+    Windows,
+    _plain_key,
+    compare,
+    dir_bytes,
+    engine_windows,
+    peers_python,
+    raw_reference,
+    replayed_records,
+    state_topics,
+    throughput_of,
+    topic_bytes,
+)
 
 from streamremat.dev.broker import BrokerConfig, DevBroker, free_port_pair  # noqa: E402
 from streamremat.runtime.kafka import (  # noqa: E402
     TopicSpec,
     admin_client,
-    consume_all,
     create_topics,
     delete_topics,
     end_offsets,
@@ -82,25 +103,7 @@ from streamremat.runtime.kafka import (  # noqa: E402
     produce,
 )
 
-JOBS = ROOT / "bench" / "peers"
-PEERS_VENV = ROOT / ".venv-peers"
-MAIN_PY = sys.executable
-PARTITIONS = 4
-WINDOW_MS = 60_000
-#: the re-keyed job's grace: more than the 10 windows the input spans
-REKEY_GRACE_MS = 12 * WINDOW_MS
-ENGINES = ("raw", "streamremat", "quix", "faust")
-PEER_MODULES = {"quix": "quixstreams", "faust": "faust"}
-SMALL_EVENTS = 20_000
-
-Windows = dict[tuple[str, int], tuple[int, int]]  # (key, start_ms) -> (count, sum)
-
-
 # -- setup ---------------------------------------------------------------------
-
-
-def peers_python() -> Path:
-    return PEERS_VENV / "bin" / "python"
 
 
 def setup_peers() -> None:
@@ -196,259 +199,6 @@ def closers(events: list[tuple[Any, ...]], ts: int) -> list[tuple[Any, ...]]:
 async def new_input_topic(bootstrap: str, name: str, events: list[tuple[Any, ...]]) -> None:
     await create_topics(bootstrap, [TopicSpec(name, PARTITIONS, {"retention.ms": "-1"})])
     await produce(bootstrap, name, events, linger_ms=20)
-
-
-# -- measuring -----------------------------------------------------------------
-
-
-async def committed(admin: Any, group: str, topic: str) -> dict[int, int]:
-    """The group's committed offsets on ``topic``; {} while the group has no coordinator."""
-    try:
-        offsets = await admin.list_consumer_group_offsets(group)
-    except Exception:  # coordinator not there yet, group unknown: nothing committed
-        return {}
-    return {tp.partition: om.offset for tp, om in offsets.items()
-            if tp.topic == topic and om.offset >= 0}
-
-
-def dir_bytes(path: Path) -> int:
-    total = 0
-    for p in path.rglob("*"):
-        with contextlib.suppress(OSError):
-            if p.is_file():
-                total += p.stat().st_size
-    return total
-
-
-async def topic_bytes(bootstrap: str, topic: str, log_dir: Path | None) -> tuple[int, int, str]:
-    """(bytes, records written, method) of one topic."""
-    ends = await end_offsets(bootstrap, topic)
-    if log_dir is not None and log_dir.is_dir():
-        size = sum(dir_bytes(d) - _index_bytes(d) for d in log_dir.glob(f"{topic}-*")
-                   if re.fullmatch(re.escape(topic) + r"-\d+", d.name))
-        return size, sum(ends.values()), "broker log segments"
-    records = await consume_all(bootstrap, topic, isolation_level="read_uncommitted",
-                                timeout_s=300)
-    size = sum(len(r.key or b"") + len(r.value or b"")
-               + sum(len(k) + len(v) for k, v in r.headers) for r in records)
-    return size, sum(ends.values()), "record keys+values (no broker log dir)"
-
-
-def _index_bytes(d: Path) -> int:
-    return sum(p.stat().st_size for p in d.iterdir()
-               if p.suffix in (".index", ".timeindex", ".txnindex"))
-
-
-def state_topics(engine: str, group: str, topics: list[str]) -> list[str]:
-    """The engine's internal topics: changelogs or checkpoints, and repartition topics."""
-    if engine == "streamremat":
-        return [t for t in topics if t in (f"streamremat-{group}-checkpoints",
-                                           f"streamremat-{group}-win-repartition")]
-    if engine == "quix":
-        return [t for t in topics if t.startswith((f"changelog__{group}",
-                                                   f"repartition__{group}"))]
-    if engine == "faust":
-        return [t for t in topics if t.startswith(f"{group}-")
-                and t.endswith(("-changelog", "-repartition"))]
-    return []
-
-
-# -- engines -------------------------------------------------------------------
-
-
-@dataclass
-class Run:
-    engine: str
-    bootstrap: str
-    topic: str
-    group: str
-    state_dir: Path
-    log_path: Path
-    commit_interval: float
-    checkpoint_interval: float
-    rekey: bool = False
-    proc: subprocess.Popen[bytes] | None = None
-    logs: list[Path] = field(default_factory=list)
-
-    @property
-    def output(self) -> str:
-        return f"{self.group}-out"
-
-    def command(self) -> tuple[list[str], dict[str, str], Path]:
-        env = dict(os.environ, PEERS_GROUP_BY="shop" if self.rekey else "",
-                   PEERS_GRACE_MS=str(REKEY_GRACE_MS if self.rekey else 0))
-        if self.engine == "streamremat":
-            env.update(PEERS_INPUT=self.topic, PEERS_OUTPUT=self.output, PEERS_APP=self.group)
-            cmd = [
-                MAIN_PY, "-m", "streamremat", "worker", "streamremat_job:app",
-                "--bootstrap", self.bootstrap, "--group-id", self.group,
-                "--state-dir", str(self.state_dir), "--guarantee", "exactly_once",
-                "--checkpoint-policy", "fixed",
-                "--checkpoint-interval", str(self.checkpoint_interval),
-                "--commit-interval", str(self.commit_interval),
-            ]
-            return cmd, env, JOBS
-        script = {"quix": "quix_job.py", "faust": "faust_job.py"}[self.engine]
-        cmd = [str(peers_python()), str(JOBS / script), self.bootstrap, self.topic, self.output,
-               self.group, str(self.state_dir), str(self.commit_interval)]
-        return cmd, env, self.state_dir
-
-    def start(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        cmd, env, cwd = self.command()
-        log = self.log_path.with_suffix(f".{len(self.logs)}.log")
-        self.logs.append(log)
-        with log.open("wb") as f:
-            self.proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.proc = None
-
-    def check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            tail = self.logs[-1].read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"{self.engine} exited with {self.proc.returncode}:\n{tail}")
-
-    async def wait_for(self, target: dict[int, int], cap_s: float) -> dict[str, Any]:
-        """Poll the group's committed offsets until they reach ``target``."""
-        started = time.monotonic()
-        total = sum(target.values())
-        async with admin_client(self.bootstrap) as admin:
-            return await self._poll(admin, target, cap_s, started, total)
-
-    async def _poll(self, admin: Any, target: dict[int, int], cap_s: float, started: float,
-                    total: int) -> dict[str, Any]:
-        first: tuple[float, int] | None = None
-        last: tuple[float, int] = (started, 0)
-        while True:
-            self.check_alive()
-            now_c = await committed(admin, self.group, self.topic)
-            now = time.monotonic()
-            done = sum(min(now_c.get(p, 0), end) for p, end in target.items())
-            if done > 0 and first is None:
-                first = (now, done)
-            if done != last[1]:
-                last = (now, done)
-            if all(now_c.get(p, 0) >= end for p, end in target.items()):
-                return {"done": done, "total": total, "capped": False, "first": first,
-                        "last": last, "started": started}
-            if now - started > cap_s:
-                return {"done": done, "total": total, "capped": True, "first": first,
-                        "last": last, "started": started}
-            await asyncio.sleep(0.1)
-
-
-def throughput_of(w: dict[str, Any]) -> float | None:
-    first, last = w["first"], w["last"]
-    if first is None:
-        return None
-    if last[0] <= first[0]:
-        # Everything committed at once (a small run): the rate since the process
-        # started, start-up included, is all that can be said.
-        elapsed = float(last[0] - w["started"])
-        return float(last[1]) / elapsed if elapsed > 0 else None
-    return float(last[1] - first[1]) / float(last[0] - first[0])
-
-
-# -- results -------------------------------------------------------------------
-
-
-async def engine_windows(run: Run) -> Windows:
-    """The final window results an engine produced so far."""
-    if run.engine == "faust":
-        return await faust_windows(run)
-    out: Windows = {}
-    for r in await consume_all(run.bootstrap, run.output, isolation_level="read_committed",
-                               timeout_s=120):
-        v = json.loads(r.value or b"null")
-        key = _plain_key((r.key or b"").decode())
-        if run.engine == "streamremat":
-            start, count, total = v["start_ms"], v["value"]["count"], v["value"]["sum"]
-        else:  # quix
-            start, count, total = v["start"], v["count"], v["sum"]
-        if (key, start) in out:
-            raise AssertionError(f"{run.engine}: window {key} {start} emitted twice")
-        out[(key, start)] = (count, total)
-    return out
-
-
-async def faust_windows(run: Run) -> Windows:
-    """faust emits nothing on close: the last value per window key in its changelog."""
-    out: Windows = {}
-    topics = state_topics("faust", run.group, await list_topics(run.bootstrap))
-    for topic in topics:
-        for r in await consume_all(run.bootstrap, topic, isolation_level="read_committed",
-                                   timeout_s=120):
-            k = json.loads(r.key or b"null")
-            # faust windowed keys: [key, [start_s, end_s]], the key as str(bytes): "b'...'"
-            key, (start_s, _end) = k
-            if isinstance(key, str) and key[:2] in ("b'", 'b"'):
-                key = _plain_key(ast.literal_eval(key).decode())
-            if r.value is None:
-                out.pop((key, round(start_s * 1000)), None)
-                continue
-            count, total = json.loads(r.value)
-            out[(key, round(start_s * 1000))] = (count, total)
-    return out
-
-
-def _plain_key(key: str) -> str:
-    """Keys as the reference writes them: a JSON string key (streamremat's ``key_by``
-    encoding) is compared by its text."""
-    if key[:1] == '"':
-        with contextlib.suppress(ValueError):
-            return str(json.loads(key))
-    return key
-
-
-def compare(reference: Windows, got: Windows, engine: str,
-            before_ms: int | None = None) -> dict[str, Any]:
-    """``before_ms`` (re-keyed job): only windows starting before it count, both ways:
-    near the end of the input, which windows closed depends on each repartition
-    partition's stream time."""
-    if before_ms is not None:
-        reference = {k: v for k, v in reference.items() if k[1] < before_ms}
-        got = {k: v for k, v in got.items() if k[1] < before_ms}
-    missing = [k for k in reference if k not in got]
-    wrong = [k for k in reference if k in got and got[k] != reference[k]]
-    extra = [k for k in got if k not in reference]
-    # faust keeps every window (no event-time close): extra = still-open windows, by design
-    equal = not missing and not wrong and (engine == "faust" or not extra)
-    return {"equal": equal, "reference_windows": len(reference), "missing": len(missing),
-            "different": len(wrong), "extra": len(extra),
-            "example": [[*k, list(got.get(k, ())), list(reference[k])]
-                        for k in (wrong or missing)[:2]]}
-
-
-def raw_reference(bootstrap: str, topic: str, with_windows: bool,
-                  rekey: bool = False) -> dict[str, Any]:
-    cmd = [MAIN_PY, str(JOBS / "raw_job.py"), bootstrap, topic]
-    if with_windows:
-        cmd.append("--windows")
-    if rekey:
-        cmd += ["--group-by", "shop", "--grace-ms", str(REKEY_GRACE_MS)]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
-def replayed_records(run: Run) -> int | None:
-    """streamremat only: records replayed by the restarted worker (from its log)."""
-    if run.engine != "streamremat" or len(run.logs) < 2:
-        return None
-    text = run.logs[-1].read_text(errors="replace")
-    found = re.findall(r"replayed (\d+) records", text)
-    return sum(int(x) for x in found) if found else 0
 
 
 # -- the benchmark -------------------------------------------------------------
@@ -588,11 +338,6 @@ async def wait_group_empty(bootstrap: str, group: str, timeout_s: float = 120) -
     return time.monotonic() - began
 
 
-def median(values: list[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None
-
-
 async def bench(cfg: Config) -> dict[str, Any]:
     runnable = {e: peer_status(e) for e in cfg.engines}
     if cfg.rekey and runnable.get("faust") is None and "faust" in runnable:
@@ -655,117 +400,6 @@ async def bench(cfg: Config) -> dict[str, Any]:
         summary["results"][str(n_keys)]["reference_windows"] = len(reference)
     summary["goals"] = goals(summary)
     return summary
-
-
-def _summarize(runs: list[dict[str, Any]], recs: list[dict[str, Any]]) -> dict[str, Any]:
-    def per_event(r: dict[str, Any]) -> float | None:
-        return r["state_bytes"] / r["events"] if r.get("events") else None
-
-    out: dict[str, Any] = {
-        "events_per_s": median([r.get("events_per_s") for r in runs]),
-        "events_per_s_all": [r.get("events_per_s") for r in runs],
-        "capped": any(r.get("capped") for r in runs),
-        "events_measured": median([r.get("events") for r in runs]),
-        "state_bytes": median([r.get("state_bytes") for r in runs]),
-        "topic_bytes": median([r.get("topic_bytes") for r in runs]),
-        "local_state_bytes": median([r.get("local_state_bytes") for r in runs]),
-        "state_records": median([r.get("state_records") for r in runs]),
-        "state_bytes_per_event": median([per_event(r) for r in runs]),
-        "bytes_method": next((r["bytes_method"] for r in runs if "bytes_method" in r), None),
-    }
-    if recs:
-        out["recovery_s"] = median([r.get("recovery_s") for r in recs])
-        out["recovery_s_all"] = [r.get("recovery_s") for r in recs]
-        out["replayed_records"] = [r.get("replayed_records") for r in recs]
-        checks = [r["crosscheck"] for r in recs if r.get("crosscheck")]
-        out["crosscheck_equal"] = bool(checks) and all(c["equal"] for c in checks)
-        out["crosscheck"] = checks[0] if checks else None
-        out["exactly_once_outputs"] = [r.get("exactly_once_outputs") for r in recs]
-        errors = [r["error"] for r in recs if "error" in r]
-        if errors:
-            out["errors"] = errors
-    return out
-
-
-def goals(summary: dict[str, Any]) -> dict[str, Any]:
-    g: dict[str, Any] = {}
-    for keys, res in summary["results"].items():
-        sr = res.get("streamremat", {})
-        for peer, want in (("quix", 3.0), ("faust", 10.0)):
-            if peer in res and sr.get("events_per_s") and res[peer].get("events_per_s"):
-                ratio = sr["events_per_s"] / res[peer]["events_per_s"]
-                g[f"throughput_vs_{peer}_{keys}"] = {"ratio": ratio, "goal": want,
-                                                     "met": ratio >= want}
-            if peer in res and sr.get("state_bytes_per_event") and res[peer].get(
-                    "state_bytes_per_event"):
-                ratio = res[peer]["state_bytes_per_event"] / sr["state_bytes_per_event"]
-                g[f"bytes_vs_{peer}_{keys}"] = {"ratio": ratio, "goal": 20.0 if keys == "1000"
-                                                else None, "met": ratio >= 20.0}
-        peers_rec = [res[p]["recovery_s"] for p in ("quix", "faust")
-                     if p in res and res[p].get("recovery_s")]
-        if peers_rec and sr.get("recovery_s"):
-            ratio = sr["recovery_s"] / min(peers_rec)
-            g[f"recovery_vs_fastest_peer_{keys}"] = {"ratio": ratio, "goal": 2.0,
-                                                     "met": ratio <= 2.0}
-    return g
-
-
-def _fmt(x: float | None, digits: int = 0) -> str:
-    return "-" if x is None else f"{x:,.{digits}f}"
-
-
-# -- report --------------------------------------------------------------------
-
-
-def table(summary: dict[str, Any]) -> str:
-    lines = ["| keys | engine | events/s (median) | state bytes | bytes/event | "
-             "state records | recovery s | results = reference |",
-             "|---:|---|---:|---:|---:|---:|---:|---|"]
-    for keys, res in summary["results"].items():
-        for e in ENGINES:
-            r = res.get(e)
-            if r is None:
-                why = summary["skipped"].get(e)
-                if why:
-                    lines.append(f"| {keys} | {e} | {why} | | | | | |")
-                continue
-            rate = _fmt(r["events_per_s"]) + (" (capped)" if r["capped"] else "")
-            lines.append(
-                f"| {keys} | {e} | {rate} | {_fmt(r['state_bytes'])} | "
-                f"{_fmt(r['state_bytes_per_event'], 1)} | {_fmt(r['state_records'])} | "
-                f"{_fmt(r.get('recovery_s'), 2)} | "
-                f"{'-' if e == 'raw' else ('yes' if r.get('crosscheck_equal') else 'NO')} |")
-    return "\n".join(lines)
-
-
-def plot(summary: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    keys = list(summary["results"])
-    engines = [e for e in ENGINES if any(e in summary["results"][k] for k in keys)]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    metrics = (("events_per_s", "throughput (events/s)"),
-               ("state_bytes_per_event", "state-durability bytes per event"),
-               ("recovery_s", "recovery after kill -9 (s)"))
-    width = 0.8 / max(1, len(engines))
-    for ax, (metric, title) in zip(axes, metrics, strict=True):
-        for i, e in enumerate(engines):
-            vals = [summary["results"][k].get(e, {}).get(metric) or 0 for k in keys]
-            ax.bar([j + i * width for j in range(len(keys))], vals, width, label=e)
-        ax.set_xticks([j + width * (len(engines) - 1) / 2 for j in range(len(keys))])
-        ax.set_xticklabels([f"{int(k):,} keys" for k in keys])
-        ax.set_title(title)
-        if metric == "state_bytes_per_event":
-            ax.set_yscale("symlog")
-    axes[0].legend()
-    fig.suptitle(f"{summary['events']:,} events, 4 partitions, tumbling 60 s count+sum; "
-                 f"median of {summary['reps']}")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
 
 
 # -- main ----------------------------------------------------------------------
