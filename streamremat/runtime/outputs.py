@@ -7,10 +7,22 @@ import asyncio
 from collections import defaultdict
 from typing import Any, NamedTuple
 
+import orjson
 from aiokafka.partitioner import DefaultPartitioner
 
+from streamremat.core.aggregators import (
+    Aggregator,
+    Composite,
+    Count,
+    DistinctCount,
+    Max,
+    Mean,
+    Min,
+    Sum,
+)
 from streamremat.core.operator import Operator, default_output
 from streamremat.core.records import BatchOutput, SourceRecord
+from streamremat.core.serdes import JSON
 
 _partitioner = DefaultPartitioner()
 #: keys per topic whose partition ``BatchSender`` remembers (then it starts over)
@@ -46,6 +58,22 @@ def partition_for(key: bytes | None, partitions: int) -> int:
     return int(_partitioner(key, parts, parts))
 
 
+#: built-in aggregators whose result is a number, a string or None, never a container
+_SCALAR_RESULT = (Count, Sum, Min, Max, Mean, DistinctCount)
+
+
+def _default_json_option(agg: Aggregator) -> int | None:
+    """The orjson option that encodes ``{"end_ms", "start_ms", "value"}`` (built in
+    that order) to the same bytes as ``JSON.dumps`` of the default output, cheaper
+    (sorting and non-str keys cost about 0.6 us a result); None: only JSON.dumps is."""
+    if type(agg) in _SCALAR_RESULT:
+        return 0
+    if (type(agg) is Composite and all(type(n) is str for n in agg.names)
+            and all(type(p) in _SCALAR_RESULT for p in agg.parts)):
+        return 0 if list(agg.names) == sorted(agg.names) else orjson.OPT_SORT_KEYS
+    return None
+
+
 def to_records(
     op: Operator, source_partition: int, out: BatchOutput, forward_to: str | None = None
 ) -> list[OutRecord]:
@@ -57,7 +85,18 @@ def to_records(
             OutRecord(forward_to, f.key, f.value, f.timestamp_ms, _headers(f.record))
             for f in out.forwards
         )
-    if out.results:
+    option = None
+    if out.results and op.output is default_output and op.output_serde is JSON:
+        option = _default_json_option(op.aggregator)
+    if option is not None:
+        dumps_opt, sink = orjson.dumps, op.sink
+        records.extend(
+            OutRecord(sink, r.key, dumps_opt(
+                {"end_ms": r.end_ms, "start_ms": r.start_ms, "value": r.value}, option=option,
+            ), r.end_ms, [])
+            for r in out.results
+        )
+    elif out.results:
         dumps, fmt, key_loads = op.output_serde.dumps, op.output, op.key_serde.loads
         default = fmt is default_output
         for r in out.results:

@@ -1,0 +1,71 @@
+"""The output path's cheaper encoding of default results gives the same bytes as
+``JSON.dumps(default_output(...))``, the definition of a sink record's value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamremat import JSON, Count, DistinctCount, Max, Mean, Min, Operator, Sum, Tumbling
+from streamremat.core.aggregators import Aggregator, as_aggregator
+from streamremat.core.operator import default_output
+from streamremat.core.records import BatchOutput, WindowResult
+from streamremat.runtime.outputs import to_records
+
+SCALARS: dict[str, tuple[type[Aggregator], st.SearchStrategy[Any]]] = {
+    "count": (Count, st.integers(0, 2**40)),
+    "sum": (Sum, st.one_of(st.integers(-(2**62), 2**62),
+                           st.floats(allow_nan=False, allow_infinity=False))),
+    "min": (Min, st.one_of(st.none(), st.integers(-(2**62), 2**62), st.text(max_size=8),
+                           st.floats(allow_nan=False, allow_infinity=False))),
+    "max": (Max, st.one_of(st.none(), st.integers(-(2**62), 2**62), st.text(max_size=8))),
+    "mean": (Mean, st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False))),
+    "distinct": (DistinctCount, st.integers(0, 2**20)),
+}
+
+
+def _make(kind: str) -> Aggregator:
+    cls = SCALARS[kind][0]
+    return cls() if cls is Count else cls("x")
+
+
+@st.composite
+def shapes(draw: Any) -> tuple[Any, st.SearchStrategy[Any]]:
+    """An aggregation spec (one built-in or a dict of them, names in any order and
+    any characters) and a strategy for its results."""
+    if draw(st.booleans()):
+        kind = draw(st.sampled_from(sorted(SCALARS)))
+        return _make(kind), SCALARS[kind][1]
+    names = draw(st.lists(st.text(min_size=1, max_size=6), min_size=1, max_size=5,
+                          unique=True))
+    kinds = [draw(st.sampled_from(sorted(SCALARS))) for _ in names]
+    spec = {n: _make(k) for n, k in zip(names, kinds, strict=True)}
+    return spec, st.fixed_dictionaries(
+        {n: SCALARS[k][1] for n, k in zip(names, kinds, strict=True)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_default_results_encode_like_json_dumps(data: Any) -> None:
+    spec, values = data.draw(shapes())
+    op = Operator(name="op", source="in", sink="out", window=Tumbling(1000), aggregate=spec)
+    assert type(op.aggregator) is type(as_aggregator(spec))
+    names = getattr(op.aggregator, "names", None)
+
+    def result() -> Any:
+        drawn = data.draw(values)
+        # A composite's result is a dict in the order of its names (Composite.result).
+        return drawn if names is None else {n: drawn[n] for n in names}
+
+    results = [
+        WindowResult(JSON.dumps(data.draw(st.text(max_size=4))), start, start + 1000, result())
+        for start in data.draw(st.lists(st.integers(-(2**40), 2**40), max_size=6))
+    ]
+    records = to_records(op, 0, BatchOutput(results=results))
+    assert [(r.topic, r.key, r.value, r.timestamp_ms, r.headers) for r in records] == [
+        ("out", r.key, JSON.dumps(default_output(None, r.start_ms, r.end_ms, r.value)),
+         r.end_ms, [])
+        for r in results
+    ]
