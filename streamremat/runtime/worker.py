@@ -103,7 +103,12 @@ class Worker:
 
     async def run(self, handle_signals: bool = True) -> int:
         """Run until ``stop()`` (or SIGTERM/SIGINT when ``handle_signals``); 0 on a clean
-        stop, 1 if shutdown overran its bound, 2 on a fatal error (logged)."""
+        stop, 1 if shutdown overran its bound, 2 on a fatal error (logged), 3 on an
+        unexpected internal error (logged with its traceback).
+
+        After an error nothing of the failed batch is committed or checkpointed:
+        every open transaction is aborted, so a restart recovers from the last
+        consistent state (the committed offset and the checkpoints below it)."""
         if handle_signals:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -124,12 +129,16 @@ class Worker:
                 access_denied(exc, self.settings.client, "consuming the sources")
             )
             log.error("%s", self._fatal)
+        except Exception as exc:  # a bug, not bad input (that goes to the dead letters)
+            log.exception("internal error: %r; stopping without committing or checkpointing "
+                          "the failed batch", exc)
+            self._fatal = exc
         finally:
             clean = await self._shutdown()
             if tuned_gc:
                 gc_tuning.stop()
         if self._fatal is not None:
-            return 2
+            return 2 if isinstance(self._fatal, WorkerError) else 3
         return 0 if clean else 1
 
     async def _start(self) -> None:
@@ -514,6 +523,9 @@ class Worker:
                     if self._fatal is None:
                         await self._hand_over(list(self.runners))
                     for tp in list(self.runners):
+                        # After a fatal error the runners' state may be ahead of what
+                        # committed: drop their open transactions, commit nothing.
+                        await self.runners[tp].abort()
                         await self._drop(tp)
         except TimeoutError:
             log.error("shutdown did not finish within %.0f s", timeout)
