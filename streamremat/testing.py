@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamremat.core.operator import App, Operator
-from streamremat.core.records import BatchOutput, Record
+from streamremat.core.output import output_key, serialize_results
+from streamremat.core.records import BatchOutput, Record, WindowResult
 from streamremat.core.recovery import PartitionTasks, restore_task
 from streamremat.core.repartition import Repartitioner
 from streamremat.core.task import Task
@@ -41,7 +42,9 @@ REPLAY_BATCH = 7
 
 @dataclass(frozen=True)
 class Emission:
-    """A window result as a user sees it: the key decoded with the operator's serde."""
+    """A window result as a user sees it: the key decoded with the operator's serde
+    (``streamremat.core.output.output_key``), the aggregation's result, and
+    ``output``: the sink record's value bytes (``output`` through the output serde)."""
 
     key: Any
     start_ms: int
@@ -49,20 +52,24 @@ class Emission:
     value: Any
     partition: int = 0
     operator: str = field(default="", compare=False)
+    output: bytes = field(default=b"", compare=False)
 
 
 @dataclass(frozen=True)
 class DriverDeadLetter:
-    """A record that went to the dead letters: its raw bytes and why."""
+    """A record that went to the dead letters: its raw bytes and why. A window
+    whose result failed (stage ``result`` or ``output``) has its key, the result's
+    ``repr`` as value (if any), ``offset`` None and ``window`` (start, end)."""
 
     key: bytes | None
     value: bytes | None
     timestamp_ms: int | None
     partition: int
-    offset: int
+    offset: int | None
     stage: str
     reason: str
     operator: str = ""
+    window: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,8 @@ class DriverLateRecord:
 class _Checkpoint:
     payloads: list[bytes]
     offset: int
+    #: a snapshot failed since (its dirty set is gone): the next one is a full
+    needs_full: bool = False
 
 
 @dataclass
@@ -181,11 +190,14 @@ class TestDriver:
         routed: dict[tuple[str, int], list[Record]] = {}
         for task, out in tasks.process(batch):
             target = task.target if isinstance(task, Repartitioner) else None
+            # Serialized once, as the worker does: a result that fails goes to out.failed.
+            serialized = serialize_results(task.operator, out.results, out.failed)
+            sent = to_records(task.operator, partition, out, target, serialized)
             if target is None:
-                self._collect(task.operator, partition, out)
+                self._collect(task.operator, partition, out, serialized)
             else:
                 self._collect_dead(task.operator, partition, out)
-            for rec in to_records(task.operator, partition, out, target):
+            for rec in sent:
                 if rec.topic not in self._internal:
                     continue
                 p = partition_for(rec.key, self._counts[rec.topic])
@@ -200,11 +212,16 @@ class TestDriver:
             part.committed = tasks.position
             part.stream_times = tasks.stream_times()
 
-    def _collect(self, op: Operator, partition: int, out: BatchOutput) -> None:
-        loads = op.key_serde.loads
+    def _collect(
+        self, op: Operator, partition: int, out: BatchOutput,
+        serialized: list[tuple[WindowResult, bytes]],
+    ) -> None:
+        """What the worker sends: results through ``output`` and the output serde
+        (``serialized``), and everything that failed to the dead letters."""
         self._emitted.extend(
-            Emission(loads(r.key), r.start_ms, r.end_ms, r.value, partition, op.name)
-            for r in out.results
+            Emission(output_key(op, r.key), r.start_ms, r.end_ms, r.value, partition, op.name,
+                     value)
+            for r, value in serialized
         )
         self._collect_dead(op, partition, out)
         self._late.extend(
@@ -223,6 +240,13 @@ class TestDriver:
             )
             for d in out.dead_letters
         )
+        self._dead.extend(
+            DriverDeadLetter(
+                f.key, None if f.value is None else repr(f.value).encode(), f.end_ms, partition,
+                None, f.stage, f.reason, op.name, (f.start_ms, f.end_ms),
+            )
+            for f in out.failed
+        )
 
     # -- faults -----------------------------------------------------------------
 
@@ -230,7 +254,9 @@ class TestDriver:
         """Checkpoint every windowed task of ``partition`` (all partitions when None).
 
         The first checkpoint of a task is a full snapshot, later ones are deltas
-        on top of it, as in the worker. Repartition stages keep no state."""
+        on top of it, as in the worker. Repartition stages keep no state. A task
+        whose aggregation's ``encode`` raises is not checkpointed (its previous
+        checkpoint stays), as in the worker; the next one that succeeds is full."""
         if self._crashed:
             raise RuntimeError("cannot checkpoint while crashed; call recover() first")
         for (_, p), part in self._parts.items():
@@ -241,11 +267,19 @@ class TestDriver:
                 if not isinstance(task, Task):
                     continue
                 chain = self._chains.get((task.operator.name, p))
-                payload = task.snapshot(full=chain is None)
+                full = chain is None or chain.needs_full
+                try:
+                    payload = task.snapshot(full=full)
+                except Exception:  # an encode raised: skipped, as the worker does
+                    if chain is not None:
+                        chain.needs_full = True
+                    continue
                 if chain is None:
                     chain = self._chains[(task.operator.name, p)] = _Checkpoint([], 0)
+                if full:
+                    chain.payloads.clear()
                 chain.payloads.append(payload)
-                chain.offset = part.tasks.position
+                chain.offset, chain.needs_full = part.tasks.position, False
 
     def crash(self) -> None:
         """Lose all in-memory state; checkpoints and the records sent survive."""

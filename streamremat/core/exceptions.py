@@ -14,14 +14,20 @@ class ConfigError(StreamrematError, ValueError):
 class BadRecord(StreamrematError):
     """A record could not be processed; it goes to the dead letters, never stops a task.
 
-    ``stage`` says where it failed (``key``, ``value``, ``timestamp``, ``step``,
-    ``aggregate``) so dead-letter headers and metrics can group by it.
+    ``stage`` says where it failed (``value``, ``step``, ``key``, ``timestamp``,
+    ``aggregate``; for a window result: ``result``, ``output``) so dead-letter
+    headers and metrics can group by it.
     """
 
     def __init__(self, stage: str, reason: str) -> None:
         super().__init__(f"{stage}: {reason}")
         self.stage = stage
         self.reason = reason
+
+
+def reason_of(exc: BaseException) -> str:
+    """The dead-letter reason for an exception raised by user code or an encoder."""
+    return exc.reason if isinstance(exc, BadRecord) else f"{type(exc).__name__}: {exc}"
 
 
 class StateFormatError(StreamrematError):

@@ -20,9 +20,9 @@ from streamremat.core.codec import (
     write_svarint,
     write_uvarint,
 )
-from streamremat.core.exceptions import StateFormatError
-from streamremat.core.records import WindowResult
-from streamremat.core.window_state import WindowState
+from streamremat.core.exceptions import StateFormatError, reason_of
+from streamremat.core.records import FailedResult, WindowResult
+from streamremat.core.window_state import Failure, WindowState, results_or_failures
 
 
 class _KeyedHeapState(WindowState):
@@ -109,48 +109,55 @@ class SessionState(_KeyedHeapState):
         self.grace = grace_ms
         self.sessions: dict[bytes, list[list[Any]]] = {}
 
-    def add_batch(self, keys: list[bytes], times: list[int], items: list[Any]) -> list[int]:
+    def add_batch(
+        self, keys: list[bytes], times: list[int], items: list[Any], failed: list[Failure]
+    ) -> list[int]:
         st, gap, grace = self.stream_time, self.gap, self.grace
         reach = gap + 1 + grace  # close time = last + reach
         add, zero, merge = self.agg.add, self.agg.zero, self.agg.merge
         sessions, dirty = self.sessions, self.dirty
         late: list[int] = []
         for i, t in enumerate(times):
-            if t > st:
-                st = t
+            now = t if t > st else st
             key = keys[i]
             mine = sessions.get(key)
             touching = (
-                [s for s in mine if s[0] - gap <= t <= s[1] + gap and s[1] + reach > st]
+                [s for s in mine if s[0] - gap <= t <= s[1] + gap and s[1] + reach > now]
                 if mine
                 else []
             )
-            if not touching:
-                if t + reach <= st:
-                    late.append(i)
-                    continue
-                new = [t, t, add(zero(), items[i])]
-                if mine is None:
-                    sessions[key] = [new]
+            try:
+                if not touching:
+                    if t + reach <= now:
+                        st = now
+                        late.append(i)
+                        continue
+                    new = [t, t, add(zero(), items[i])]
+                    if mine is None:
+                        sessions[key] = [new]
+                    else:
+                        mine.append(new)
+                        mine.sort(key=lambda s: s[0])
+                    self._register(key, t + reach)
                 else:
-                    mine.append(new)
-                    mine.sort(key=lambda s: s[0])
-                self._register(key, t + reach)
-            else:
-                merged = touching[0]
-                for other in touching[1:]:
-                    merged = [merged[0], max(merged[1], other[1]), merge(merged[2], other[2])]
-                merged = [min(merged[0], t), max(merged[1], t), add(merged[2], items[i])]
-                assert mine is not None
-                kept = [s for s in mine if not any(s is x for x in touching)]
-                kept.append(merged)
-                kept.sort(key=lambda s: s[0])
-                sessions[key] = kept
+                    merged = touching[0]
+                    for other in touching[1:]:
+                        merged = [merged[0], max(merged[1], other[1]), merge(merged[2], other[2])]
+                    merged = [min(merged[0], t), max(merged[1], t), add(merged[2], items[i])]
+                    assert mine is not None
+                    kept = [s for s in mine if not any(s is x for x in touching)]
+                    kept.append(merged)
+                    kept.sort(key=lambda s: s[0])
+                    sessions[key] = kept
+            except Exception as exc:
+                failed.append((i, reason_of(exc)))
+                continue
+            st = now
             dirty.add(key)
         self.stream_time = st
         return late
 
-    def close(self) -> list[WindowResult]:
+    def close(self, failed: list[FailedResult]) -> list[WindowResult]:
         st, reach = self.stream_time, self.gap + 1 + self.grace
         closed: list[tuple[int, int, bytes, list[Any]]] = []
         for key in self._due_keys():
@@ -169,7 +176,11 @@ class SessionState(_KeyedHeapState):
         self.closed_through = st
         closed.sort(key=lambda c: (c[0], c[1], c[2]))
         result = self.agg.result
-        return [WindowResult(key, s[0], s[1], result(s[2])) for _, _, key, s in closed]
+        try:
+            return [WindowResult(key, s[0], s[1], result(s[2])) for _, _, key, s in closed]
+        except Exception:  # one raised: find which
+            return results_or_failures(result, [(k, s[0], s[1], s[2]) for _, _, k, s in closed],
+                                       failed)
 
     def encode(self, full: bool) -> bytes:
         return self._encode_lists(full, self.sessions)
@@ -215,16 +226,24 @@ class SlidingState(_KeyedHeapState):
         self.grace = grace_ms
         self.buffers: dict[bytes, list[tuple[int, int, Any]]] = {}
 
-    def add_batch(self, keys: list[bytes], times: list[int], items: list[Any]) -> list[int]:
+    def add_batch(
+        self, keys: list[bytes], times: list[int], items: list[Any], failed: list[Failure]
+    ) -> list[int]:
         st, size, grace = self.stream_time, self.size, self.grace
         add, zero = self.agg.add, self.agg.zero
         late: list[int] = []
         for i, t in enumerate(times):
-            if t > st:
-                st = t
-            if t + size + 1 + grace <= st:  # every window containing t has closed
+            now = t if t > st else st
+            if t + size + 1 + grace <= now:  # every window containing t has closed
+                st = now
                 late.append(i)
                 continue
+            try:
+                acc = add(zero(), items[i])
+            except Exception as exc:
+                failed.append((i, reason_of(exc)))
+                continue
+            st = now
             # Its own (left) window ends at t, or at size for an early record.
             own_close = (t if t > size else size) + 1 + grace
             if own_close <= st:  # its own window has closed
@@ -233,7 +252,7 @@ class SlidingState(_KeyedHeapState):
             buf = self.buffers.get(key)
             if buf is None:
                 buf = self.buffers[key] = []
-            buf.append((t, st, add(zero(), items[i])))
+            buf.append((t, st, acc))
             self._register(key, own_close if own_close > st else t + size + 2 + grace)
             self.dirty.add(key)
         self.stream_time = st
@@ -254,10 +273,11 @@ class SlidingState(_KeyedHeapState):
                 wins[(t + 1, t + 1 + size)] = right_close
         return wins
 
-    def close(self) -> list[WindowResult]:
+    def close(self, failed: list[FailedResult]) -> list[WindowResult]:
         st, after, size, grace = self.stream_time, self.closed_through, self.size, self.grace
         merge = self.agg.merge
         closed: list[tuple[int, int, bytes, int, Any]] = []
+        broken: list[tuple[int, int, bytes, int, str]] = []  # windows whose merge raised
         for key in self._due_keys():
             buf = self.buffers[key]
             for (start, end), close_at in self._closing_windows(buf, after, st).items():
@@ -270,8 +290,12 @@ class SlidingState(_KeyedHeapState):
                 if not (created_left or created_right):
                     continue
                 acc = content[0][2]
-                for r in content[1:]:
-                    acc = merge(acc, r[2])
+                try:
+                    for r in content[1:]:
+                        acc = merge(acc, r[2])
+                except Exception as exc:
+                    broken.append((close_at, start, key, end, reason_of(exc)))
+                    continue
                 closed.append((close_at, start, key, end, acc))
             # A record is needed until its right window [t+1, t+1+size] has closed.
             buf = [r for r in buf if r[0] + size + 2 + grace > st]
@@ -283,8 +307,14 @@ class SlidingState(_KeyedHeapState):
                 del self.buffers[key]
         self.closed_through = st
         closed.sort(key=lambda c: (c[0], c[1], c[2]))
+        for _, s, key, e, reason in sorted(broken):
+            failed.append(FailedResult(key, s, e, "result", reason))
         result = self.agg.result
-        return [WindowResult(key, s, e, result(acc)) for _, s, key, e, acc in closed]
+        try:
+            return [WindowResult(key, s, e, result(acc)) for _, s, key, e, acc in closed]
+        except Exception:  # one raised: find which
+            return results_or_failures(result, [(k, s, e, acc) for _, s, k, e, acc in closed],
+                                       failed)
 
     def _next_close(self, buf: list[tuple[int, int, Any]], st: int) -> int:
         size, grace = self.size, self.grace

@@ -44,6 +44,10 @@ class Operator:
       names are then checked against it at definition time.
     * ``late_topic``: where late records go (none by default: they are counted).
     * ``dead_letter``: the dead-letter topic (default ``<source>.<name>.dlq``).
+    * ``output``: ``(key, start_ms, end_ms, value) -> sink value`` (then
+      ``output_serde``); the key is decoded with ``key_serde``, or is text when it
+      can't be (``streamremat.core.output.output_key``). A result it or the serde
+      fails on goes to the dead letters (stage ``output``).
 
     Re-keying: with ``key_by`` the operator runs in two stages (see
     ``core/topology.py``): a stateless one writes each record, keyed by the new key,

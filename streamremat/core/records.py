@@ -64,6 +64,21 @@ class DeadLetter:
 
 
 @dataclass(frozen=True, slots=True)
+class FailedResult:
+    """A closed window whose result could not be produced or serialized: an
+    aggregation's ``merge`` or ``result`` raised (stage ``result``), or the
+    operator's ``output`` or output serde did (stage ``output``). It goes to the
+    dead letters instead of the sink; ``value`` is the result when there is one."""
+
+    key: bytes
+    start_ms: int
+    end_ms: int
+    stage: str
+    reason: str
+    value: Any = None
+
+
+@dataclass(frozen=True, slots=True)
 class LateRecord:
     """An input record that was late for at least one of its windows (DESIGN §4):
     for hopping windows some of its windows may still have taken it; for sliding
@@ -93,3 +108,5 @@ class BatchOutput:
     dead_letters: list[DeadLetter] = field(default_factory=list)
     late: list[LateRecord] = field(default_factory=list)
     forwards: list[Forward] = field(default_factory=list)
+    #: windows that closed but failed into the dead letters instead of the sink
+    failed: list[FailedResult] = field(default_factory=list)

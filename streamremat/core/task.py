@@ -20,11 +20,11 @@ from streamremat.core.codec import (
     write_svarint,
     write_uvarint,
 )
-from streamremat.core.exceptions import BadRecord, StateFormatError
+from streamremat.core.exceptions import StateFormatError, reason_of
 from streamremat.core.keyed_state import SessionState, SlidingState
 from streamremat.core.operator import Operator
 from streamremat.core.records import BatchOutput, DeadLetter, LateRecord, SourceRecord
-from streamremat.core.window_state import NO_TIME, FixedWindowState, WindowState
+from streamremat.core.window_state import NO_TIME, Failure, FixedWindowState, WindowState
 from streamremat.core.windows import Hopping, Session, Sliding, Tumbling, Window
 
 STATE_MAGIC = b"SRS"
@@ -90,12 +90,15 @@ class Task:
                     if type(r.timestamp) is not int or last_close(r.timestamp) > horizon_ms
                 ]
         srcs, keys, times, items = self._prepare(records, out.dead_letters)
-        late = self.state.add_batch(keys, times, items)
-        results = self.state.close()
+        failed: list[Failure] = []
+        late = self.state.add_batch(keys, times, items, failed)
+        results = self.state.close(out.failed)
         self.next_offset = next_offset
         if not emit:
             return BatchOutput()
         out.results = results
+        if failed:
+            out.dead_letters.extend(DeadLetter(srcs[i], "aggregate", why) for i, why in failed)
         if late:
             st = self.state.stream_time
             out.late = [LateRecord(srcs[i], times[i], st) for i in late]
@@ -280,7 +283,7 @@ def extract(
             stage = "aggregate"
             item = pick(value)
         except Exception as exc:
-            reason = exc.reason if isinstance(exc, BadRecord) else f"{type(exc).__name__}: {exc}"
+            reason = reason_of(exc)
             dead.append(DeadLetter(r, stage, reason))
             continue
         srcs.append(r)

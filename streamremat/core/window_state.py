@@ -28,11 +28,14 @@ from streamremat.core.codec import (
     write_svarint,
     write_uvarint,
 )
-from streamremat.core.exceptions import StateFormatError
-from streamremat.core.records import WindowResult
+from streamremat.core.exceptions import StateFormatError, reason_of
+from streamremat.core.records import FailedResult, WindowResult
 
 #: Stream time before the first record.
 NO_TIME = -(2**62)
+
+#: (index in the batch, reason) of a record whose fold raised
+Failure = tuple[int, str]
 
 
 class WindowState:
@@ -50,12 +53,21 @@ class WindowState:
     #: touch windows that close during the replay, before any output matters.
     last_close_ms: Callable[[int], int] | None = None
 
-    def add_batch(self, keys: list[bytes], times: list[int], items: list[Any]) -> list[int]:
-        """Fold the records into their windows; return the indices of late records."""
+    def add_batch(
+        self, keys: list[bytes], times: list[int], items: list[Any], failed: list[Failure]
+    ) -> list[int]:
+        """Fold the records into their windows; return the indices of late records.
+
+        A record whose ``add`` (or, for sessions, ``merge``) raises is appended to
+        ``failed`` as (index, reason) and leaves stream time alone: it goes to the
+        dead letters like any bad record. (Windows it was already added to, and
+        what a raising ``add`` did to its accumulator before raising, stay.)
+        """
         raise NotImplementedError
 
-    def close(self) -> list[WindowResult]:
-        """Close every window whose close time <= stream time; return their results."""
+    def close(self, failed: list[FailedResult]) -> list[WindowResult]:
+        """Close every window whose close time <= stream time; return their results.
+        A window whose ``merge`` or ``result`` raises goes to ``failed`` instead."""
         raise NotImplementedError
 
     def encode(self, full: bool) -> bytes:
@@ -77,6 +89,22 @@ class WindowState:
         raise NotImplementedError
 
 
+def results_or_failures(
+    result: Callable[[Any], Any],
+    windows: list[tuple[bytes, int, int, Any]],
+    failed: list[FailedResult],
+) -> list[WindowResult]:
+    """``result`` of each (key, start, end, accumulator); the ones that raise go to
+    ``failed``. The slow path, taken only for a batch of windows where one raised."""
+    out: list[WindowResult] = []
+    for key, start, end, acc in windows:
+        try:
+            out.append(WindowResult(key, start, end, result(acc)))
+        except Exception as exc:
+            failed.append(FailedResult(key, start, end, "result", reason_of(exc)))
+    return out
+
+
 class FixedWindowState(WindowState):
     """Tumbling and hopping windows: accumulators by window end, then by key."""
 
@@ -92,74 +120,97 @@ class FixedWindowState(WindowState):
         # The newest window containing t starts at the last multiple of advance <= t.
         self.last_close_ms = lambda t: t - t % advance_ms + size_ms + grace_ms
 
-    def add_batch(self, keys: list[bytes], times: list[int], items: list[Any]) -> list[int]:
+    def add_batch(
+        self, keys: list[bytes], times: list[int], items: list[Any], failed: list[Failure]
+    ) -> list[int]:
         if self.advance == self.size:
-            return self._add_tumbling(keys, times, items)
-        return self._add_hopping(keys, times, items)
+            return self._add_tumbling(keys, times, items, failed)
+        return self._add_hopping(keys, times, items, failed)
 
-    def _add_tumbling(self, keys: list[bytes], times: list[int], items: list[Any]) -> list[int]:
+    def _add_tumbling(
+        self, keys: list[bytes], times: list[int], items: list[Any], failed: list[Failure]
+    ) -> list[int]:
         st, size, grace = self.stream_time, self.size, self.grace
         windows, dirty = self.windows, self.dirty
         plain_count = self._plain_count
         add, zero = self.agg.add, self.agg.zero
         late: list[int] = []
-        cur_end = NO_TIME
-        cur: dict[bytes, Any] = {}
-        cur_dirty: set[bytes] = set()
-        for i, t in enumerate(times):
-            if t > st:
-                st = t
-            end = t - t % size + size
-            if end + grace <= st:
-                late.append(i)
-                continue
-            if end != cur_end:
-                cur_end = end
-                cur = windows.setdefault(end, {})
-                cur_dirty = dirty.setdefault(end, set())
-            key = keys[i]
-            if plain_count:
-                cur[key] = cur.get(key, 0) + 1
-            else:
-                acc = cur.get(key)
-                cur[key] = add(zero() if acc is None else acc, items[i])
-            cur_dirty.add(key)
+        first, start_st = 0, st
+        while True:
+            cur_end = NO_TIME
+            cur: dict[bytes, Any] = {}
+            cur_dirty: set[bytes] = set()
+            i = first
+            # The loop has no per-record error handling (the common path stays
+            # tight); the rare batch where an add raises resumes after the record.
+            try:
+                for i, t in enumerate(times[first:] if first else times, first):
+                    if t > st:
+                        st = t
+                    end = t - t % size + size
+                    if end + grace <= st:
+                        late.append(i)
+                        continue
+                    if end != cur_end:
+                        cur_end = end
+                        cur = windows.setdefault(end, {})
+                        cur_dirty = dirty.setdefault(end, set())
+                    key = keys[i]
+                    if plain_count:
+                        cur[key] = cur.get(key, 0) + 1
+                    else:
+                        acc = cur.get(key)
+                        cur[key] = add(zero() if acc is None else acc, items[i])
+                    cur_dirty.add(key)
+                break
+            except Exception as exc:
+                failed.append((i, reason_of(exc)))
+                # The failed record must not move stream time: take it back out.
+                skip = {j for j, _ in failed}
+                st = max([start_st, *(times[j] for j in range(i) if j not in skip)])
+                first = i + 1
         self.stream_time = st
         return late
 
-    def _add_hopping(self, keys: list[bytes], times: list[int], items: list[Any]) -> list[int]:
+    def _add_hopping(
+        self, keys: list[bytes], times: list[int], items: list[Any], failed: list[Failure]
+    ) -> list[int]:
         st, size, advance, grace = self.stream_time, self.size, self.advance, self.grace
         windows, dirty = self.windows, self.dirty
         add, zero = self.agg.add, self.agg.zero
         late: list[int] = []
         for i, t in enumerate(times):
-            if t > st:
-                st = t
+            now = t if t > st else st
             key, item = keys[i], items[i]
             is_late = False
             # Windows containing t start at the multiples of advance in (t - size, t].
             start = t - t % advance
-            while start > t - size:
-                end = start + size
-                start -= advance
-                if end + grace <= st:
-                    is_late = True
-                    continue
-                cur = windows.get(end)
-                if cur is None:
-                    cur = windows[end] = {}
-                acc = cur.get(key)
-                cur[key] = add(zero() if acc is None else acc, item)
-                cur_dirty = dirty.get(end)
-                if cur_dirty is None:
-                    cur_dirty = dirty[end] = set()
-                cur_dirty.add(key)
+            try:
+                while start > t - size:
+                    end = start + size
+                    start -= advance
+                    if end + grace <= now:
+                        is_late = True
+                        continue
+                    cur = windows.get(end)
+                    if cur is None:
+                        cur = windows[end] = {}
+                    acc = cur.get(key)
+                    cur[key] = add(zero() if acc is None else acc, item)
+                    cur_dirty = dirty.get(end)
+                    if cur_dirty is None:
+                        cur_dirty = dirty[end] = set()
+                    cur_dirty.add(key)
+            except Exception as exc:
+                failed.append((i, reason_of(exc)))
+                continue
+            st = now
             if is_late:
                 late.append(i)
         self.stream_time = st
         return late
 
-    def close(self) -> list[WindowResult]:
+    def close(self, failed: list[FailedResult]) -> list[WindowResult]:
         limit = self.stream_time - self.grace
         self.closed_through = self.stream_time
         ending = sorted(end for end in self.windows if end <= limit)
@@ -169,7 +220,12 @@ class FixedWindowState(WindowState):
             accs = self.windows.pop(end)
             self.dirty.pop(end, None)
             start = end - size
-            results.extend(WindowResult(key, start, end, result(accs[key])) for key in sorted(accs))
+            try:
+                done = [WindowResult(key, start, end, result(accs[key])) for key in sorted(accs)]
+            except Exception:  # one raised: find which, window by window
+                done = results_or_failures(result, [(k, start, end, accs[k]) for k in sorted(accs)],
+                                           failed)
+            results.extend(done)
         return results
 
     def encode(self, full: bool) -> bytes:

@@ -105,7 +105,18 @@ class Checkpointer:
         frames: list[CheckpointFrame] = []
         for task, chain in zip(tasks, self.chains, strict=True):
             full = chain.next_is_full(self.settings.full_after_delta_ratio)
-            payload = task.snapshot(full)
+            try:
+                payload = task.snapshot(full)
+            except Exception as exc:  # an aggregation's encode raised: skip, never crash
+                chain.base_seq = None  # the dirty set is gone: the next one must be full
+                self.sensor.on_checkpoint_failed(task.operator.name, self.partition, "encode")
+                log.error(
+                    "%s: checkpoint skipped: the aggregation's encode raised %s: %s; recovery "
+                    "replays from the previous checkpoint until one succeeds (fix encode for "
+                    "every accumulator the aggregation can reach)",
+                    chain.task_id, type(exc).__name__, exc,
+                )
+                continue
             seq = chain.next_seq
             frame = CheckpointFrame(
                 task=chain.task_id,

@@ -7,22 +7,11 @@ import asyncio
 from collections import defaultdict
 from typing import Any, NamedTuple
 
-import orjson
 from aiokafka.partitioner import DefaultPartitioner
 
-from streamremat.core.aggregators import (
-    Aggregator,
-    Composite,
-    Count,
-    DistinctCount,
-    Max,
-    Mean,
-    Min,
-    Sum,
-)
-from streamremat.core.operator import Operator, default_output
-from streamremat.core.records import BatchOutput, SourceRecord
-from streamremat.core.serdes import JSON
+from streamremat.core.operator import Operator
+from streamremat.core.output import serialize_results
+from streamremat.core.records import BatchOutput, FailedResult, SourceRecord, WindowResult
 
 _partitioner = DefaultPartitioner()
 #: keys per topic whose partition ``BatchSender`` remembers (then it starts over)
@@ -32,7 +21,8 @@ _KEY_CACHE = 100_000
 H_STAGE = "streamremat.error.stage"
 H_REASON = "streamremat.error.reason"
 H_OPERATOR = "streamremat.operator"
-H_SOURCE = "streamremat.source"  # "topic/partition/offset"
+H_SOURCE = "streamremat.source"  # "topic/partition/offset" ("topic/partition" for a window)
+H_WINDOW = "streamremat.window"  # "start_ms,end_ms" of a window that failed into the DLQ
 #: On late records (with H_OPERATOR and H_SOURCE): why the operator did not take it.
 H_LATE_REASON = "streamremat.late.reason"
 
@@ -58,52 +48,30 @@ def partition_for(key: bytes | None, partitions: int) -> int:
     return int(_partitioner(key, parts, parts))
 
 
-#: built-in aggregators whose result is a number, a string or None, never a container
-_SCALAR_RESULT = (Count, Sum, Min, Max, Mean, DistinctCount)
-
-
-def _default_json_option(agg: Aggregator) -> int | None:
-    """The orjson option that encodes ``{"end_ms", "start_ms", "value"}`` (built in
-    that order) to the same bytes as ``JSON.dumps`` of the default output, cheaper
-    (sorting and non-str keys cost about 0.6 us a result); None: only JSON.dumps is."""
-    if type(agg) in _SCALAR_RESULT:
-        return 0
-    if (type(agg) is Composite and all(type(n) is str for n in agg.names)
-            and all(type(p) in _SCALAR_RESULT for p in agg.parts)):
-        return 0 if list(agg.names) == sorted(agg.names) else orjson.OPT_SORT_KEYS
-    return None
-
-
 def to_records(
-    op: Operator, source_partition: int, out: BatchOutput, forward_to: str | None = None
+    op: Operator,
+    source_partition: int,
+    out: BatchOutput,
+    forward_to: str | None = None,
+    serialized: list[tuple[WindowResult, bytes]] | None = None,
 ) -> list[OutRecord]:
     """Serialize one task's batch output for the sink, dead-letter and late topics,
-    and a repartition stage's forwards for ``forward_to``."""
+    and a repartition stage's forwards for ``forward_to``.
+
+    A result that can't be serialized is added to ``out.failed`` (stage ``output``)
+    and goes to the dead letters with the windows that failed earlier. A caller that
+    serialized the results already (``serialize_results``) passes them."""
     records: list[OutRecord] = []
     if out.forwards and forward_to is not None:
         records.extend(
             OutRecord(forward_to, f.key, f.value, f.timestamp_ms, _headers(f.record))
             for f in out.forwards
         )
-    option = None
-    if out.results and op.output is default_output and op.output_serde is JSON:
-        option = _default_json_option(op.aggregator)
-    if option is not None:
-        dumps_opt, sink = orjson.dumps, op.sink
-        records.extend(
-            OutRecord(sink, r.key, dumps_opt(
-                {"end_ms": r.end_ms, "start_ms": r.start_ms, "value": r.value}, option=option,
-            ), r.end_ms, [])
-            for r in out.results
-        )
-    elif out.results:
-        dumps, fmt, key_loads = op.output_serde.dumps, op.output, op.key_serde.loads
-        default = fmt is default_output
-        for r in out.results:
-            # The default formatter ignores the key: don't decode it for nothing.
-            key = None if default else key_loads(r.key)
-            value = dumps(fmt(key, r.start_ms, r.end_ms, r.value))
-            records.append(OutRecord(op.sink, r.key, value, r.end_ms, []))
+    if out.results:
+        if serialized is None:
+            serialized = serialize_results(op, out.results, out.failed)
+        sink = op.sink
+        records.extend(OutRecord(sink, r.key, value, r.end_ms, []) for r, value in serialized)
     for d in out.dead_letters:
         src = d.record
         headers = [
@@ -116,6 +84,8 @@ def to_records(
         records.append(
             OutRecord(op.dead_letter_topic, src.key, src.value, src.timestamp, headers)
         )
+    for f in out.failed:
+        records.append(_failed_window(op, source_partition, f))
     if op.late_topic is not None:
         # Several operators may share one late topic: say which one refused the record.
         grace, name = op.window.grace_ms, op.name.encode()
@@ -133,6 +103,20 @@ def to_records(
             ]
             records.append(OutRecord(op.late_topic, src.key, src.value, src.timestamp, headers))
     return records
+
+
+def _failed_window(op: Operator, source_partition: int, f: FailedResult) -> OutRecord:
+    """A window that failed into the dead letters: its key, the result's ``repr``
+    as the value (when there is a result), where and why in the headers."""
+    value = None if f.value is None else repr(f.value).encode("utf-8", "replace")[:100_000]
+    headers = [
+        (H_STAGE, f.stage.encode()),
+        (H_REASON, f.reason.encode("utf-8", "replace")[:4000]),
+        (H_OPERATOR, op.name.encode()),
+        (H_SOURCE, f"{op.source}/{source_partition}".encode()),
+        (H_WINDOW, f"{f.start_ms},{f.end_ms}".encode()),
+    ]
+    return OutRecord(op.dead_letter_topic, f.key, value, f.end_ms, headers)
 
 
 class BatchSender:

@@ -325,7 +325,7 @@ class PartitionRunner:
         partition = self.tp.partition
         pending = self._pending
         for task, out in outputs:
-            if out.results or out.dead_letters or out.late or out.forwards:
+            if out.results or out.dead_letters or out.late or out.forwards or out.failed:
                 if isinstance(task, Repartitioner):
                     pending.extend(to_records(task.operator, partition, out, task.target))
                     count_outputs(self.sensor, task.name, partition, out)

@@ -26,9 +26,12 @@ class RecoveryReport:
 
 
 def count_outputs(sensor: Sensor, name: str, partition: int, out: BatchOutput) -> None:
-    """Results (with their end-to-end latency), dead letters and late records."""
+    """Results (with their end-to-end latency), dead letters (records and failed
+    windows) and late records. Call it after ``to_records``, which adds the results
+    that could not be serialized to ``out.failed``."""
     if out.results:
-        sensor.on_records_out(name, partition, len(out.results))
+        unsent = sum(f.stage == "output" for f in out.failed) if out.failed else 0
+        sensor.on_records_out(name, partition, len(out.results) - unsent)
         # End-to-end latency of a result: from its window's end (event time) to now.
         now_ms = time.time() * 1000
         sensor.on_e2e_latency(
@@ -36,5 +39,7 @@ def count_outputs(sensor: Sensor, name: str, partition: int, out: BatchOutput) -
         )
     for dead in out.dead_letters:
         sensor.on_dead_letter(name, partition, dead.stage)
+    for failed in out.failed:
+        sensor.on_dead_letter(name, partition, failed.stage)
     if out.late:
         sensor.on_late(name, partition, len(out.late))

@@ -282,7 +282,7 @@ def test_an_object_without_the_protocol_is_refused() -> None:
 @pytest.mark.xfail(
     strict=True,
     reason="Collect promises arrival order, but a session merge concatenates the merged "
-    "sessions in time order (window_state.SessionState.add_batch); see report",
+    "sessions in time order (keyed_state.SessionState.add_batch); see report",
 )
 def test_collect_keeps_arrival_order_across_session_merges() -> None:
     op = Operator(

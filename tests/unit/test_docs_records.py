@@ -35,6 +35,7 @@ from streamremat.runtime.outputs import (
     H_REASON,
     H_SOURCE,
     H_STAGE,
+    H_WINDOW,
     partition_for,
     to_records,
 )
@@ -68,6 +69,8 @@ def test_header_names_are_the_code_s() -> None:
     assert _table_first_column(_section("Dead letters")) == [H_STAGE, H_REASON, H_OPERATOR,
                                                             H_SOURCE]
     assert _table_first_column(_section("Late records")) == [H_LATE_REASON, H_OPERATOR, H_SOURCE]
+    assert _table_first_column(_section("Failed windows")) == [H_STAGE, H_REASON, H_OPERATOR,
+                                                              H_SOURCE, H_WINDOW]
 
 
 def _dead_letter_stages(driver: TestDriver) -> list[str]:
