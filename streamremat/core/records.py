@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 
 class SourceRecord(Protocol):
@@ -89,10 +89,10 @@ class LateRecord:
     stream_time_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class Forward:
+class Forward(NamedTuple):
     """A record a repartition stage writes to its internal topic: the new key, the
-    value (the source bytes when no step changed it) and the event time."""
+    value (the source bytes when no step changed it) and the event time. A tuple:
+    one is built per source record."""
 
     record: SourceRecord
     key: bytes
