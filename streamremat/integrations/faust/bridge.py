@@ -1,0 +1,301 @@
+"""Runs streamremat operators inside a faust app: one agent per source topic feeds
+the partitions' tasks; faust keeps the consumer, the group and the commits.
+
+Per assigned source partition a ``FaustPartition`` (the worker's
+``PartitionRunner``: same restore, replay, checkpoints and tuner) holds the
+tasks. The guarantee is at-least-once with deterministic duplicates (see
+``docs/faust.md``): outputs are acknowledged by Kafka before their input events
+are acked, and faust commits only acked offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+
+from streamremat.core.exceptions import ConfigError
+from streamremat.core.operator import App
+from streamremat.core.records import Record, SourceRecord
+from streamremat.core.topology import Stage, compile_app
+from streamremat.metrics.sensor import Sensor
+from streamremat.runtime.kafka import TopicSpec, create_topics, retention_s, topic_config
+from streamremat.runtime.kafka import topic_partitions as partitions_of
+from streamremat.runtime.partition import PartitionRunner, Phase
+from streamremat.runtime.recovery_report import count_outputs
+from streamremat.runtime.scheduling import CheckpointScheduler
+from streamremat.runtime.settings import WorkerSettings
+from streamremat.state.base import CheckpointStore
+from streamremat.state.kafka import KafkaCheckpointConfig, KafkaCheckpointStore
+from streamremat.state.rocksdb import RocksDBCheckpointStore
+
+from streamremat.integrations.faust.outputs import result_records
+
+log = logging.getLogger("streamremat.worker")
+
+
+class FaustPartition(PartitionRunner):
+    """A ``PartitionRunner`` whose offsets faust commits: outputs are delivered
+    (awaited) per batch, and a checkpoint follows a faust commit at its position."""
+
+    def process(self, records: Sequence[SourceRecord]) -> None:
+        outputs = self.partition_tasks.process(records)
+        live = len(records)
+        if self.phase is Phase.REPLAYING:
+            if self.partition_tasks.replaying:
+                self._replay_progress()
+                return
+            live = sum(1 for r in records if r.offset >= self.replay_until)
+            self._go_live()
+        partition = self.tp.partition
+        for task, out in outputs:
+            if out.results or out.dead_letters or out.late:
+                self._pending.extend(result_records(task.operator, partition, out))
+                count_outputs(self.sensor, task.operator.name, partition, out)
+        self._records_since_checkpoint += live
+
+    async def deliver(self) -> None:
+        """Send the batch's outputs and wait until Kafka has them all: only then
+        may faust ack (and so commit) the input events."""
+        await self.flush()
+        futures, self._futures = self._futures, []
+        await asyncio.gather(*futures)
+
+    def committed_at(self, offset: int | None) -> None:
+        """faust committed ``offset`` for this partition."""
+        if offset is not None:
+            self.committed = offset
+            # Checkpoints may follow: a successor's epoch is above every seq it sees.
+            self._epoch_committed = True
+
+
+class _Positioner:
+    """What ``PartitionRunner.recover`` needs of a consumer, on faust's consumer:
+    its seek is only noted, then made through faust's own ``Consumer.seek``."""
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+        self.seeks: dict[TopicPartition, int] = {}
+
+    async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return dict(await self.consumer.earliest_offsets(*tps))
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.seeks[tp] = offset
+
+
+class Bridge:
+    """The operators of one streamremat ``App`` attached to one faust app."""
+
+    def __init__(self, faust_app: Any, app: App, settings: WorkerSettings,
+                 sensor: Sensor) -> None:
+        topology = compile_app(app)
+        if topology.repartition_topics:
+            raise ConfigError(
+                f"app {app.name!r}: operators that re-key (key_by) need repartition "
+                "topics, which the faust integration does not run yet; run them with "
+                "`streamremat worker`, or key the source topic by the operator's key"
+            )
+        self.faust_app = faust_app
+        self.app = app
+        self.settings = settings
+        self.sensor = sensor
+        self.group_id = str(faust_app.conf.id)
+        self.by_topic: dict[str, list[Stage]] = {
+            topic: topology.on(topic) for topic in topology.sources
+        }
+        self.topology = topology
+        self.runners: dict[TopicPartition, FaustPartition] = {}
+        self.lock = asyncio.Lock()
+        self._started = False
+        self._producer: Any = None
+        self._local: CheckpointStore | None = None
+        self._replica: CheckpointStore | None = None
+        self._retention_s: dict[str, float | None] = {}
+        self._last_commit = time.monotonic()
+        self._last_gauges = 0.0
+
+    # -- start ------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        """Local store, topics, replica and producer; at the first assignment, so a
+        faust app that never gets a partition never touches them."""
+        s, client = self.settings, self.settings.client
+        os.makedirs(s.state_dir, exist_ok=True)
+        self._local = RocksDBCheckpointStore(os.path.join(s.state_dir, f"{self.app.name}.rocksdb"))
+        specs: list[TopicSpec] = []
+        max_parts = 1
+        for stage in self.topology.stages:
+            parts = len(await partitions_of(client, stage.source))
+            max_parts = max(max_parts, parts)
+            specs.extend(TopicSpec(t, parts) for t in stage.outputs)
+        if s.checkpoints.replicate:
+            specs.append(TopicSpec(self.app.checkpoint_topic, max_parts,
+                                   KafkaCheckpointConfig(partitions=max_parts).topic_config()))
+        await create_topics(client, list({x.name: x for x in specs}.values()),
+                            replication=s.replication)
+        for topic in self.by_topic:
+            self._retention_s[topic] = retention_s(await topic_config(client, topic))
+        if s.checkpoints.replicate:
+            replica = await KafkaCheckpointStore.open(
+                client, self.app.checkpoint_topic, KafkaCheckpointConfig(partitions=max_parts)
+            )
+            await replica.ensure_topic()
+            self._replica = replica
+        self._producer = AIOKafkaProducer(
+            acks="all", enable_idempotence=True,
+            **client.producer_kwargs(linger_ms=5, max_batch_size=256 * 1024),
+        )
+        await self._producer.start()
+        self._started = True
+
+    # -- recovery ---------------------------------------------------------------
+
+    async def rewind(self, consumer: Any) -> None:
+        """Restore every assigned source partition and seek it back for the replay.
+
+        Runs right after faust's ``perform_seek`` put every partition at its
+        committed offset ``k`` (``transport.Consumer``):
+
+        1. Drop the runners of the previous assignment: faust just moved their
+           partitions back to ``k``, so their state (ahead of ``k``) is stale.
+        2. Per assigned source partition: ``PartitionRunner.recover`` with ``k`` as
+           faust read it (faust ignores acks below it, so the replay's events never
+           move the commit): newest valid checkpoint from RocksDB or the replica,
+           replay bounds ``[c, k)``.
+        3. ``Consumer.seek(tp, c)``: faust's own seek, so its read offset allows the
+           records below ``k`` again. The agent replays them without output, then
+           goes live at ``k``.
+        """
+        async with self.lock:
+            if not self._started:
+                await self._start()
+            assigned = sorted((tp for tp in consumer.assignment() if tp.topic in self.by_topic),
+                              key=lambda tp: (tp.topic, tp.partition))
+            for tp in list(self.runners):
+                await self.runners.pop(tp).close()
+            if not assigned:
+                return
+            log.info("assigned: %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in assigned))
+            positioner = _Positioner(consumer)
+            for tp in assigned:
+                runner = self._runner(TopicPartition(tp.topic, tp.partition))
+                committed = consumer._committed_offset.get(tp)  # what faust seeked to
+
+                async def fetch(_tp: TopicPartition, k: int | None = committed
+                                ) -> tuple[int | None, str]:
+                    return k, ""
+
+                await runner.recover(positioner, fetch)
+                await consumer.seek(tp, positioner.seeks[runner.tp])
+                self.runners[runner.tp] = runner
+
+    def _runner(self, tp: TopicPartition) -> FaustPartition:
+        s = self.settings
+        assert self._local is not None
+        return FaustPartition(
+            tp, self.by_topic[tp.topic], settings=s, group_id=self.group_id,
+            producer=self._producer, local=self._local, replica=self._replica,
+            scheduler=CheckpointScheduler(s.checkpoints, s.session_timeout_ms / 1000),
+            sensor=self.sensor, retention_s=self._retention_s.get(tp.topic),
+        )
+
+    # -- the agent --------------------------------------------------------------
+
+    async def agent(self, stream: Any) -> None:
+        """The faust agent of the source topics: batches of events in, outputs
+        delivered, events acked; checkpoints after commits."""
+        s = self.settings
+        async for events in stream.noack_take(s.max_batch_records, within=0.05):
+            async with self.lock:
+                done = await self._process(events)
+            for event in done:
+                await stream.ack(event)
+            if time.monotonic() - self._last_commit >= s.commit_interval_s:
+                await self._commit_and_checkpoint()
+            if time.monotonic() - self._last_gauges >= 1.0:
+                self._report_gauges()
+
+    async def _process(self, events: Sequence[Any]) -> list[Any]:
+        """Feed the events of the current assignment to their partitions; return the
+        events whose outputs Kafka now has (those may be acked). Events fetched
+        before the last rebalance are neither processed nor acked: their partition
+        was sought back, and they come again."""
+        started = time.monotonic()
+        generation = self.faust_app.consumer_generation_id
+        by_tp: dict[TopicPartition, list[Any]] = defaultdict(list)
+        for event in events:
+            m = event.message
+            if m.generation_id == generation:
+                by_tp[TopicPartition(m.topic, m.partition)].append(event)
+        done: list[Any] = []
+        total = sum(len(v) for v in by_tp.values())
+        for tp, evs in by_tp.items():
+            runner = self.runners.get(tp)
+            if runner is None:
+                continue
+            runner.process([_record(e.message) for e in evs])
+            for name in runner.names:
+                self.sensor.on_records_in(name, tp.partition, len(evs))
+            done.extend(evs)
+        for runner in self.runners.values():
+            await runner.deliver()
+        busy = time.monotonic() - started
+        backlogged = len(events) >= self.settings.max_batch_records
+        for tp, evs in by_tp.items():
+            runner = self.runners.get(tp)
+            if runner is not None and total:
+                share = busy * len(evs) / total
+                runner.batch_done(len(evs), share, backlogged)
+                for name in runner.names:
+                    self.sensor.on_batch(name, tp.partition, len(evs), share)
+        return done
+
+    async def _commit_and_checkpoint(self) -> None:
+        """Checkpoint the due partitions at an offset faust has committed.
+
+        1. Ask faust to commit the acked offsets of the due partitions now.
+        2. A partition whose committed offset (as faust recorded it) equals its
+           position checkpoints (``PartitionRunner.checkpoint``): its state is then
+           exactly at the committed offset, so the checkpoint is never beyond what
+           a successor reads as committed. Others try again after the next batch.
+        """
+        self._last_commit = time.monotonic()
+        due = [r for r in self.runners.values() if r.checkpoint_due()]
+        if not due:
+            return
+        consumer = self.faust_app.consumer
+        started = time.monotonic()
+        await consumer.commit({r.tp for r in due})
+        self.sensor.on_commit(time.monotonic() - started)
+        async with self.lock:
+            for runner in due:
+                if self.runners.get(runner.tp) is not runner:
+                    continue  # revoked meanwhile
+                committed = consumer._committed_offset.get(runner.tp)
+                if committed == runner.position:
+                    runner.committed_at(committed)
+                    await runner.checkpoint()
+
+    def _report_gauges(self) -> None:
+        self._last_gauges = time.monotonic()
+        consumer = self.faust_app.consumer
+        for tp, runner in self.runners.items():
+            try:
+                highwater = consumer.highwater(tp)
+            except Exception:  # not fetched yet
+                highwater = None
+            runner.report_gauges(highwater)
+
+
+def _record(m: Any) -> Record:
+    """A faust message as the engine reads a record (faust gives seconds)."""
+    ts = m.timestamp
+    return Record(m.key, m.value, None if ts is None else round(ts * 1000), m.offset,
+                  tuple(m.headers or ()))

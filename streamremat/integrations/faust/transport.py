@@ -1,0 +1,42 @@
+"""The faust transport that lets streamremat rewind a source partition.
+
+faust seeks every partition to its committed offset in ``Consumer.perform_seek``,
+after all public rebalance hooks have run, and drops records below its own read
+offset unless the seek went through ``Consumer.seek``. So the one place to start
+a replay from an older checkpoint offset is right after ``perform_seek``: this
+consumer calls the original, then lets the attached operators restore their
+checkpoints and seek their partitions back (``Bridge.rewind``).
+
+Registered as the ``streamremat://`` broker scheme: ``faust.App(broker=
+"streamremat://host:9092")``; everything else is faust's aiokafka transport.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+#: ``faust.App(broker=f"{SCHEME}://host:port")``
+SCHEME = "streamremat"
+
+
+class Consumer(faust_aiokafka.Consumer):  # type: ignore[misc]
+    async def perform_seek(self) -> None:
+        await super().perform_seek()
+        bridge = getattr(self.app, "_streamremat_bridge", None)
+        if bridge is not None:
+            await bridge.rewind(self)
+
+
+class Transport(faust_aiokafka.Transport):  # type: ignore[misc]
+    Consumer: Any = Consumer
+    driver_version = faust_aiokafka.Transport.driver_version + "+streamremat"
+
+
+def register() -> None:
+    """Make ``streamremat://`` a faust broker scheme (also declared as a
+    ``faust.transports`` entry point; this covers source checkouts)."""
+    from faust.transport.drivers import TRANSPORTS
+
+    TRANSPORTS.aliases.setdefault(SCHEME, f"{__name__}:Transport")
