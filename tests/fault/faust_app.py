@@ -23,6 +23,7 @@ BOOTSTRAP = os.environ["STREAMREMAT_FAULT_BOOTSTRAP"]
 STATE_DIR = os.environ["STREAMREMAT_FAULT_STATE_DIR"]
 INTERVAL_S = float(os.environ.get("STREAMREMAT_FAULT_CHECKPOINT_INTERVAL", "1.0"))
 
+os.makedirs(os.path.join(STATE_DIR, "faust"), exist_ok=True)
 operators = App(APP_NAME, [op.engine(SOURCE) for op in SCENARIOS[SCENARIO]])
 app = faust.App(
     operators.group_id,

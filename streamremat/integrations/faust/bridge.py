@@ -178,6 +178,9 @@ class Bridge:
                 await self._start()
             assigned = sorted((tp for tp in consumer.assignment() if tp.topic in self.by_topic),
                               key=lambda tp: (tp.topic, tp.partition))
+            if self.runners:
+                log.info("revoked: %s", ", ".join(f"{tp.topic}[{tp.partition}]"
+                                                  for tp in self.runners))
             for tp in list(self.runners):
                 await self.runners.pop(tp).close()
             if not assigned:
