@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import subprocess
 import sys
 import time
@@ -49,13 +50,20 @@ class FaustWorker(WorkerProc):
             STREAMREMAT_FAULT_STATE_DIR=str(self.state_dir),
             STREAMREMAT_FAULT_CHECKPOINT_INTERVAL=str(self.checkpoint_interval),
         )
+        # Its own web port: faust binds one even with web_enabled=False.
         cmd = [sys.executable, "-m", "tests.fault.faust_app", "worker", "-l", "info",
-               *self.extra]
+               "--web-port", str(free_port()), *self.extra]
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent,
             )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def faust_worker(env: FaultEnv, name: str, checkpoint_interval: float = 1.0) -> FaustWorker:
