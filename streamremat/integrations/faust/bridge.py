@@ -24,6 +24,7 @@ from streamremat.core.exceptions import ConfigError
 from streamremat.core.operator import App
 from streamremat.core.records import Record, SourceRecord
 from streamremat.core.topology import Stage, compile_app
+from streamremat.integrations.faust.outputs import result_records
 from streamremat.metrics.sensor import Sensor
 from streamremat.runtime.kafka import TopicSpec, create_topics, retention_s, topic_config
 from streamremat.runtime.kafka import topic_partitions as partitions_of
@@ -34,8 +35,6 @@ from streamremat.runtime.settings import WorkerSettings
 from streamremat.state.base import CheckpointStore
 from streamremat.state.kafka import KafkaCheckpointConfig, KafkaCheckpointStore
 from streamremat.state.rocksdb import RocksDBCheckpointStore
-
-from streamremat.integrations.faust.outputs import result_records
 
 log = logging.getLogger("streamremat.worker")
 

@@ -13,15 +13,16 @@ Registered as the ``streamremat://`` broker scheme: ``faust.App(broker=
 
 from __future__ import annotations
 
-from typing import Any
+from typing import ClassVar
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import ConsumerT
 
 #: ``faust.App(broker=f"{SCHEME}://host:port")``
 SCHEME = "streamremat"
 
 
-class Consumer(faust_aiokafka.Consumer):  # type: ignore[misc]
+class Consumer(faust_aiokafka.Consumer):
     async def perform_seek(self) -> None:
         await super().perform_seek()
         bridge = getattr(self.app, "_streamremat_bridge", None)
@@ -29,8 +30,8 @@ class Consumer(faust_aiokafka.Consumer):  # type: ignore[misc]
             await bridge.rewind(self)
 
 
-class Transport(faust_aiokafka.Transport):  # type: ignore[misc]
-    Consumer: Any = Consumer
+class Transport(faust_aiokafka.Transport):
+    Consumer: ClassVar[type[ConsumerT]] = Consumer
     driver_version = faust_aiokafka.Transport.driver_version + "+streamremat"
 
 
