@@ -18,11 +18,13 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import defaultdict
 
 import pytest
 
 from streamremat.integrations.faust import H_IDEMPOTENCY
+from streamremat.metrics.dashboard import dashboard_queries, metric_names
 from streamremat.runtime.client import KafkaClientConfig
 from streamremat.runtime.kafka import consume_all
 from tests.fault.checks import check_at_least_once, finish, replay_range
@@ -185,3 +187,41 @@ async def test_faust_rebalance_during_replay(make_fault_env: MakeFaultEnv) -> No
     await check_duplicates_identical(env)
     print(f"rebalance during replay: recoveries per partition on a's restart {dict(runs)}, "
           f"at {time.strftime('%X')}")
+
+
+async def test_faust_worker_serves_the_dashboards_metrics(make_fault_env: MakeFaultEnv) -> None:
+    """The faust worker's metrics port serves the streamremat metrics every panel
+    of the shipped Grafana dashboard reads (restore, replay, checkpoints, tuner,
+    throughput), labelled with the App, after a kill -9 and a restart with replay."""
+    env = make_fault_env()
+    port = free_port()
+    w = FaustWorker(env, "a", [], 1.0)
+    env.workers.append(w)
+    original = env.worker_env
+    env.worker_env = lambda: {**original(), "STREAMREMAT_FAULT_METRICS_PORT": str(port)}
+    feeder = Feeder(env.bootstrap, env.source, env.partitions, seed=9)
+    w.start()
+    await w.wait_live(env.partitions, timeout_s=90)
+    await feeder.produce(4_000, CHUNK, CHUNK_INTERVAL_S)
+    await w.wait_for(lambda w: "checkpoint seq" in w.log_text(), 60, "a checkpoint")
+    await feeder.produce(2_000, CHUNK, 0.0)
+    w.kill()
+    w.start()
+    await w.wait_live(env.partitions, timeout_s=90)
+    await feeder.produce(2_000, CHUNK, CHUNK_INTERVAL_S)
+    await asyncio.sleep(2.5)  # a checkpoint and a gauge report after going live
+    scrape = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
+    exposed = {line.split("{")[0].split(" ")[0] for line in scrape.splitlines()
+               if line.startswith("streamremat_")}
+    wanted: set[str] = set()
+    for _, expr in dashboard_queries():
+        wanted |= metric_names(expr)
+    missing = sorted(n for n in wanted if n not in exposed and f"{n}_total" not in exposed)
+    assert not missing, f"dashboard metrics the faust worker does not serve: {missing}"
+    assert f'app="{env.app_name}"' in scrape
+    await finish(env, asyncio.create_task(asyncio.sleep(0)), w)
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return str(resp.read().decode())

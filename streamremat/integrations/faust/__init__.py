@@ -106,6 +106,11 @@ def attach(
     )
     faust_app.agent(channel, name=f"streamremat.{app.name}")(_agent_of(bridge))
 
+    async def close(sender: Any, **_: Any) -> None:
+        await bridge.close()
+
+    faust_app.on_before_shutdown.connect(close)
+
     if metrics_port is not None:
         async def serve_metrics() -> None:
             sensor.serve(metrics_port)  # type: ignore[attr-defined]
