@@ -106,7 +106,7 @@ async def test_faust_worker_kill9_three_times(make_fault_env: MakeFaultEnv) -> N
     feeder = Feeder(env.bootstrap, env.source, env.partitions, seed=seed)
     step = RECORDS // (kills + 1)
     kill_at = [int((i + 1) * step + rng.uniform(-0.3, 0.3) * step) for i in range(kills)]
-    w = faust_worker(env, "a", checkpoint_interval=1.0)
+    w = faust_worker(env, "a", checkpoint_interval=3.0)  # most kills need a replay
     w.start()
     await w.wait_live(env.partitions, timeout_s=90)
     feeder.limit = kill_at[0] + 2 * CHUNK
