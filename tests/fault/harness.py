@@ -39,7 +39,7 @@ RECOVERED = re.compile(
     r"committed offset (?:(?P<committed>\d+)|none \([^)]*?(?P<start>\d+)\)), "
     r"replayed (?P<replayed>\d+) records in "
     r"(?P<replay_s>[\d.]+) s \((?P<rate>\d+) records/s\), restore (?P<restore_s>[\d.]+) s "
-    r"from (?P<source>\S+)(?P<unclean> after an unclean stop)?"
+    r"from (?P<source>[^\s,]+)(?P<unclean> after an unclean stop)?"
 )
 
 
