@@ -224,6 +224,13 @@ class DevBroker:
     def launch(self) -> int:
         """Steps 1-4 of ``start``: a cluster launches every node before waiting (the
         controllers need a quorum before any node is ready)."""
+        return self.spawn(*self.prepare())
+
+    def prepare(self) -> tuple[str, str]:
+        """Steps 1-3 of ``start`` (ports, config, format); returns ``(java, classpath)``.
+
+        Safe to run in a worker thread; ``spawn`` is not (see ``_term_on_parent_death``).
+        """
         cfg = self.config
         java = require_tool("java", "to run the Kafka broker")
         libs = ensure_jars(cfg.home)
@@ -236,6 +243,12 @@ class DevBroker:
         self._write_config()
         classpath = f"{libs}/*"
         self._format_storage(java, classpath)
+        return java, classpath
+
+    def spawn(self, java: str, classpath: str) -> int:
+        """Step 4 of ``start``: the broker JVM. Call it from a thread that outlives the
+        broker (the main thread): with ``stop_with_parent`` Linux signals the child when
+        the *thread* that forked it exits, not the process."""
         return self._launch(java, classpath)
 
     def kill(self) -> bool:
@@ -399,7 +412,10 @@ def _is_kafka(pid: int) -> bool:
 
 
 def _term_on_parent_death() -> None:
-    """In the forked child: ask Linux to SIGTERM us when the parent dies (best effort)."""
+    """In the forked child: ask Linux to SIGTERM us when the parent dies (best effort).
+
+    PR_SET_PDEATHSIG fires when the forking *thread* exits, so a broker must be
+    spawned from a long-lived thread (a pool thread would take it down with it)."""
     if sys.platform != "linux":
         return
     pr_set_pdeathsig = 1

@@ -157,11 +157,13 @@ class DevCluster:
                     if _port_open(port):
                         raise PortInUseError(f"port {port} on {HOST} is used by another "
                                              "process; pick other ports with --port")
-            # Formatting is a JVM start per node: do them side by side.
+            # Formatting is a JVM start per node: do them side by side; spawn the
+            # brokers from this thread, since a pool thread's exit would SIGTERM them.
             down = [b for b in brokers if not b.status().running]
             with ThreadPoolExecutor(max_workers=len(down) or 1) as pool:
-                for broker, pid in zip(down, pool.map(DevBroker.launch, down), strict=True):
-                    pids[broker.config.node_id] = pid
+                prepared = list(pool.map(DevBroker.prepare, down))
+            for broker, (java, classpath) in zip(down, prepared, strict=True):
+                pids[broker.config.node_id] = broker.spawn(java, classpath)
             for broker in brokers:
                 if broker.config.node_id in pids:
                     broker.wait_ready(pids[broker.config.node_id])
