@@ -59,6 +59,8 @@ class Aggregator:
 
     def __init__(self, of: Picker = None) -> None:
         self._picker = _make_picker(of, type(self).__name__)
+        #: True when folding runs a callable of the user on the value (``of``)
+        self.calls_user_code = callable(of)
         #: value fields read by name; checked against ``Operator(value_fields=...)``.
         self.field_names: tuple[str, ...] = (of,) if isinstance(of, str) else ()
 
@@ -284,6 +286,7 @@ class TopK(Aggregator):
             raise ConfigError(f"TopK k must be a positive int, got {k!r}")
         self.k = k
         self._weight = _make_picker(weight, "TopK weight")
+        self.calls_user_code = self.calls_user_code or callable(weight)
         if isinstance(weight, str):
             self.field_names += (weight,)
 
@@ -392,6 +395,7 @@ class _UserAggregator(Aggregator):
 
     def __init__(self, impl: Any) -> None:
         super().__init__(None)
+        self.calls_user_code = True
         self._impl = impl
         self.zero = impl.zero  # type: ignore[method-assign]
         self.add = impl.add  # type: ignore[method-assign]

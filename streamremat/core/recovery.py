@@ -14,10 +14,12 @@ import bisect
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from streamremat.core.operator import Operator
 from streamremat.core.records import BatchOutput, SourceRecord
 from streamremat.core.repartition import Repartitioner
+from streamremat.core.serdes import Serde
 from streamremat.core.task import Task
 
 __all__ = [
@@ -105,6 +107,13 @@ class PartitionTasks:
         #: the next offset to process: what a commit now would store
         self.position = self.start
         self.replay_until = self.start if committed is None else max(committed, self.start)
+        #: tasks that decode the live records once between them, per value serde
+        groups: dict[int, tuple[Serde, list[Task]]] = {}
+        for t in self.tasks:
+            if isinstance(t, Task) and t.shares_decoded:
+                serde = t.operator.value_serde
+                groups.setdefault(id(serde), (serde, []))[1].append(t)
+        self._share_groups = [g for g in groups.values() if len(g[1]) > 1]
 
     @property
     def replaying(self) -> bool:
@@ -133,9 +142,35 @@ class PartitionTasks:
             if not records:
                 return []
             self.position = k
-        outputs = [(task, task.process(_unseen(task, records))) for task in self.tasks]
+        decoded = self._decode_shared(records)
+        outputs: list[tuple[Task | Repartitioner, BatchOutput]] = [
+            (task, task.process(_unseen(task, records), decoded=decoded.get(id(task))))
+            if isinstance(task, Task) else (task, task.process(_unseen(task, records)))
+            for task in self.tasks
+        ]
         self.position = records[-1].offset + 1
         return outputs
+
+    def _decode_shared(self, records: Sequence[SourceRecord]) -> dict[int, dict[int, Any]]:
+        """Per task (by id), the values of ``records`` decoded once for every task
+        that shares them with another of the same value serde; a record that does not
+        decode is left out (each task then gives the dead letter its reason)."""
+        if not self._share_groups:
+            return {}
+        by_task: dict[int, dict[int, Any]] = {}
+        for serde, tasks in self._share_groups:
+            loads = serde.loads
+            values: dict[int, Any] = {}
+            for r in records:
+                raw = r.value
+                if raw is not None:
+                    try:
+                        values[r.offset] = loads(raw)
+                    except Exception:
+                        continue
+            for task in tasks:
+                by_task[id(task)] = values
+        return by_task
 
     def skip_to(self, offset: int) -> None:
         """Go on at ``offset``: the source no longer has the offsets below it (a

@@ -8,7 +8,7 @@ and byte-identical encoded state, however the records are split into batches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import xxhash
@@ -58,6 +58,12 @@ class Task:
         ) or operator.value_serde.name != "raw"
         self._plain = not (operator.steps or operator.key_by or operator.timestamp_by)
         self._timestamp_from_record = operator.timestamp_by is None
+        #: the decoded values may be shared with other tasks on the same records
+        #: (``PartitionTasks`` decodes once): nothing of this operator runs user code
+        #: on them, which might change them
+        self.shares_decoded = (
+            self._plain and self._decode_value and _reads_only(operator.aggregator)
+        )
 
     @property
     def stream_time_ms(self) -> int | None:
@@ -65,7 +71,8 @@ class Task:
         return None if st == NO_TIME else st
 
     def process(
-        self, records: Sequence[SourceRecord], emit: bool = True, horizon_ms: int | None = None
+        self, records: Sequence[SourceRecord], emit: bool = True, horizon_ms: int | None = None,
+        decoded: Mapping[int, Any] | None = None,
     ) -> BatchOutput:
         """Fold a batch of source records into state and close due windows.
 
@@ -77,6 +84,9 @@ class Task:
         then only feeds windows that were emitted before and are dropped by the end
         of the replay, so it is skipped undecoded; the state at the end is the same
         (see ``WindowState.last_close_ms``).
+
+        ``decoded`` (only if ``shares_decoded``): offset -> value, decoded by the
+        caller with this operator's value serde; records not in it are decoded here.
         """
         out = BatchOutput()
         if not records:
@@ -89,7 +99,7 @@ class Task:
                     r for r in records
                     if type(r.timestamp) is not int or last_close(r.timestamp) > horizon_ms
                 ]
-        srcs, keys, times, items = self._prepare(records, out.dead_letters)
+        srcs, keys, times, items = self._prepare(records, out.dead_letters, decoded)
         failed: list[Failure] = []
         late = self.state.add_batch(keys, times, items, failed)
         results = self.state.close(out.failed)
@@ -105,15 +115,17 @@ class Task:
         return out
 
     def _prepare(
-        self, records: Sequence[SourceRecord], dead: list[DeadLetter]
+        self, records: Sequence[SourceRecord], dead: list[DeadLetter],
+        decoded: Mapping[int, Any] | None = None,
     ) -> tuple[list[SourceRecord], list[bytes], list[int], list[Any]]:
         """Decode and extract (source record, key, event time, item) per record."""
         if self._plain:
-            return self._prepare_plain(records, dead)
+            return self._prepare_plain(records, dead, decoded)
         return self._prepare_general(records, dead)
 
     def _prepare_plain(
-        self, records: Sequence[SourceRecord], dead: list[DeadLetter]
+        self, records: Sequence[SourceRecord], dead: list[DeadLetter],
+        decoded: Mapping[int, Any] | None,
     ) -> tuple[list[SourceRecord], list[bytes], list[int], list[Any]]:
         """The common shape, key and time from the Kafka record and no steps: the
         tight loop. Any record it can't take goes through the general path, which
@@ -132,7 +144,10 @@ class Task:
             try:
                 if key is None or type(t) is not int or t < 0:
                     raise ValueError
-                if decode_value:
+                if decoded is not None:
+                    value = decoded[r.offset]  # KeyError: not decodable, see below
+                    item = 1 if plain_count else pick(value)
+                elif decode_value:
                     raw = r.value
                     if raw is None:
                         raise ValueError
@@ -291,6 +306,16 @@ def extract(
         times.append(t)
         items.append(item)
     return srcs, keys, times, items
+
+
+def _reads_only(agg: Aggregator) -> bool:
+    """True when folding a value runs no user code on it: built-in aggregators that
+    pick fields by name (or take the whole value)."""
+    parts = agg.parts if isinstance(agg, Composite) else (agg,)
+    return all(
+        type(p).__module__.startswith("streamremat.core.") and not p.calls_user_code
+        for p in parts
+    )
 
 
 def _as_millis(t: Any) -> int:
