@@ -12,7 +12,7 @@ from streamremat import JSON, Count, DistinctCount, Max, Mean, Min, Operator, Su
 from streamremat.core.aggregators import Aggregator, as_aggregator
 from streamremat.core.operator import default_output
 from streamremat.core.records import BatchOutput, WindowResult
-from streamremat.runtime.outputs import to_records
+from streamremat.runtime.outputs import partition_for, to_records
 
 SCALARS: dict[str, tuple[type[Aggregator], st.SearchStrategy[Any]]] = {
     "count": (Count, st.integers(0, 2**40)),
@@ -69,3 +69,23 @@ def test_default_results_encode_like_json_dumps(data: Any) -> None:
          r.end_ms, [])
         for r in results
     ]
+
+
+#: Kafka's own test vectors for ``org.apache.kafka.common.utils.Utils.murmur2``
+#: (clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java), signed.
+JAVA_MURMUR2 = {
+    b"21": -973932308,
+    b"foobar": -790332482,
+    b"a-little-bit-long-string": -985981536,
+    b"a-little-bit-longer-string": -1486304829,
+    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    b"abc": 479470107,
+}
+
+
+def test_partitions_are_the_java_clients() -> None:
+    """The partitioner the sender uses gives the Java client's partition:
+    ``toPositive(murmur2(key)) % partitions``."""
+    for key, signed in JAVA_MURMUR2.items():
+        for partitions in (1, 3, 4, 12, 100):
+            assert partition_for(key, partitions) == (signed & 0x7FFFFFFF) % partitions

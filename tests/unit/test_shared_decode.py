@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamremat import Collect, Count, Max, Operator, Sum, Tumbling
-from streamremat.core.recovery import PartitionTasks
 from streamremat.core.records import Record
+from streamremat.core.recovery import PartitionTasks
 from streamremat.core.task import Task
 from tests.unit.reference import RefWindow, run_reference
 
