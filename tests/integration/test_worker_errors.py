@@ -4,6 +4,7 @@ and on a fresh group (issue 10 item 9)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,7 @@ async def test_fresh_group_logs_no_committed_offset(
 ) -> None:
     """Retention deleted the first records: the new group starts at the log start,
     which is not a committed offset."""
+    caplog.set_level(logging.INFO, logger="streamremat")  # the recovered line is INFO
     source = new_topic(1, {"retention.ms": "-1"})
     now = int(time.time() * 1000)
     await produce(kafka_bootstrap, source,
