@@ -25,8 +25,9 @@ class JsonSerde:
     def dumps(self, obj: Any) -> bytes:
         return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
 
-    def loads(self, data: bytes) -> Any:
-        return orjson.loads(data)
+    #: orjson's own function, not a method around it: one Python frame less per
+    #: decoded record (~30 % of the decode in bench/core_throughput.py's profile)
+    loads = staticmethod(orjson.loads)
 
 
 class RawSerde:
