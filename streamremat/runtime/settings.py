@@ -119,17 +119,16 @@ class WorkerSettings:
             raise ConfigError("--commit-interval must be > 0 seconds")
         if self.max_batch_records < 1:
             raise ConfigError("--max-batch must be >= 1")
-
-    @property
-    def client(self) -> KafkaClientConfig:
-        assert self.kafka is not None  # set in __post_init__
-        return self.kafka
-
         if self.repartition_retention_margin < 1:
             raise ConfigError("--repartition-retention-margin must be >= 1 (a multiple of "
                               "the time the kept checkpoints span)")
         if self.repartition_retention_s is not None and 0 <= self.repartition_retention_s < 1:
             raise ConfigError("--repartition-retention must be >= 1 s (or < 0: unlimited)")
+
+    @property
+    def client(self) -> KafkaClientConfig:
+        assert self.kafka is not None  # set in __post_init__
+        return self.kafka
 
     @property
     def repartition_retention_ms(self) -> int:
