@@ -1,8 +1,14 @@
 """`Sensor` implemented with prometheus-client (after faust `sensors/prometheus.py`).
 
 Per-task series carry `app`, `operator`, `partition`; they are created when a
-task is assigned and removed when it is revoked, so a partition that moved to
-another worker leaves no stale series here. Histograms carry `app` and
+task is assigned. When it is revoked its gauges are removed, so a partition that
+moved to another worker leaves no stale gauge here; its counters stay, so that
+within a process a counter never goes back (after a rebalance that brings the
+partition back it continues from where it was; elsewhere `rate()` reads 0).
+
+`serve()` also answers `/healthz` (the worker's loop is not stalled and its
+group session is up) and `/ready` (every assigned partition is live): 200 or
+503 with the reasons as text. Histograms carry `app` and
 `operator` only: buckets multiply series, and per-partition detail of a latency
 adds little next to per-partition lag.
 
@@ -15,9 +21,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIServer, make_server
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -27,14 +33,16 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
-    start_http_server,
+    make_wsgi_app,
 )
 from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.metrics import MetricWrapperBase
 
 from streamremat.metrics.sensor import (
     BOUNDS,
     E2E_LATENCY_BUCKETS_S,
+    PARTITION_STATES,
     LatencyBatch,
     Sensor,
     TunerDecisionLike,
@@ -125,10 +133,12 @@ class _Task:
             found = self._children[key] = (metric, metric.labels(*self.labels, *extra))
         return found[1]
 
-    def remove_all(self) -> None:
-        for (_, extra), (metric, _) in self._children.items():
-            metric.remove(*self.labels, *extra)
-        self._children.clear()
+    def remove_gauges(self) -> None:
+        """Drop the gauges; counters stay so they never go back within the process."""
+        for key, (metric, _) in list(self._children.items()):
+            if not isinstance(metric, Counter):
+                metric.remove(*self.labels, *key[1])
+                del self._children[key]
 
 
 class PrometheusSensor(Sensor):
@@ -143,6 +153,14 @@ class PrometheusSensor(Sensor):
         self.app = app
         self.registry = registry
         self._tasks: dict[tuple[str, int], _Task] = {}
+        #: revoked tasks, kept for their counters until assigned again
+        self._gone: dict[tuple[str, int], _Task] = {}
+        self._states: dict[tuple[str, int], str] = {}
+        self._health_lock = threading.Lock()
+        self._last_loop = time.monotonic()
+        self._session_alive = False
+        self._session_changed = time.monotonic()
+        self._joined = False
 
         def counter(name: str, doc: str, *extra: str) -> Counter:
             return Counter(PREFIX + name, doc, (*_TASK, *extra), registry=registry)
@@ -226,16 +244,72 @@ class PrometheusSensor(Sensor):
         self._tuner = {field: gauge(name, doc) for field, (name, doc) in _TUNER_GAUGES.items()}
         self._bound = gauge("tuner_bound", "1 for the bound that set the interval.", "bound")
         self._infeasible = gauge("rto_infeasible", "1 when no interval >= T_min can meet the RTO.")
+        # Lifecycle and health.
+        self._state = gauge(
+            "partition_state", "1 for the partition's lifecycle state (restoring, replaying, "
+            "live, backoff, fenced), 0 for the others.", "state",
+        )
+        session = Gauge(PREFIX + "group_session_alive", "1 while the consumer group session is "
+                        "up.", ("app",), registry=registry)
+        self._session = session.labels(app)
+        Gauge(PREFIX + "loop_idle_seconds", "Seconds since the worker's loop last went round "
+              "(large: stalled).", ("app",), registry=registry,
+              ).labels(app).set_function(lambda: time.monotonic() - self._last_loop)
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> tuple[WSGIServer, threading.Thread]:
-        """Expose this sensor's registry at http://addr:port/metrics (daemon thread)."""
-        server, thread = start_http_server(port, addr, registry=self.registry)
+    def serve(
+        self, port: int, addr: str = "0.0.0.0", stall_s: float = 60.0
+    ) -> tuple[WSGIServer, threading.Thread]:
+        """Expose http://addr:port/metrics, /healthz and /ready (daemon thread).
+        ``stall_s``: how long the loop may not go round, or the group session be down,
+        before /healthz fails."""
+        metrics = make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            path = environ.get("PATH_INFO", "")
+            if path not in ("/healthz", "/ready"):
+                return metrics(environ, start_response)  # type: ignore[no-any-return]
+            ok, text = self.healthz(stall_s) if path == "/healthz" else self.ready()
+            start_response("200 OK" if ok else "503 Service Unavailable",
+                           [("Content-Type", "text/plain; charset=utf-8")])
+            return [text.encode() + b"\n"]
+
+        server = make_server(addr, port, app, ThreadingWSGIServer, handler_class=_SilentHandler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
         return server, thread
+
+    def healthz(self, stall_s: float = 60.0) -> tuple[bool, str]:
+        """Alive: the loop went round and the group session was up within ``stall_s``."""
+        now = time.monotonic()
+        with self._health_lock:
+            idle = now - self._last_loop
+            down = 0.0 if self._session_alive else now - self._session_changed
+        problems = []
+        if idle > stall_s:
+            problems.append(f"the worker loop has not gone round for {idle:.0f} s")
+        if down > stall_s:
+            problems.append(f"the consumer group session has been down for {down:.0f} s")
+        return (not problems, "; ".join(problems) or "ok")
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready: the group gave this worker its partitions and every one is live."""
+        with self._health_lock:
+            joined = self._joined
+            states = dict(self._states)
+        if not joined:
+            return False, "not ready: waiting for the consumer group to assign partitions"
+        waiting = sorted({(p, st) for (_, p), st in states.items() if st != "live"})
+        if waiting:
+            return False, "not ready: " + ", ".join(f"partition {p} {st}" for p, st in waiting)
+        return True, f"ready: {len({p for _, p in states})} partition(s) live"
 
     def _task(self, operator: str, partition: int) -> _Task:
         task = self._tasks.get((operator, partition))
         if task is None:
-            task = self._tasks[(operator, partition)] = _Task((self.app, operator, str(partition)))
+            task = self._gone.pop((operator, partition), None) or _Task(
+                (self.app, operator, str(partition))
+            )
+            self._tasks[(operator, partition)] = task
             # Counters start at 0 so rate() and `unless increase()` see them at once.
             for metric in (
                 self._records_in,
@@ -259,7 +333,30 @@ class PrometheusSensor(Sensor):
     def on_task_revoked(self, operator: str, partition: int) -> None:
         task = self._tasks.pop((operator, partition), None)
         if task is not None:
-            task.remove_all()
+            task.remove_gauges()
+            self._gone[(operator, partition)] = task
+        with self._health_lock:
+            self._states.pop((operator, partition), None)
+
+    def on_partition_state(self, operator: str, partition: int, state: str) -> None:
+        if state not in PARTITION_STATES:
+            raise ValueError(f"partition state {state!r} is not one of "
+                             f"{', '.join(PARTITION_STATES)}")
+        task = self._task(operator, partition)
+        for name in PARTITION_STATES:
+            task.child(self._state, name).set(1 if name == state else 0)
+        with self._health_lock:
+            self._states[(operator, partition)] = state
+
+    def on_loop(self, session_alive: bool, joined: bool) -> None:
+        now = time.monotonic()
+        with self._health_lock:
+            self._last_loop = now
+            self._joined = joined
+            if session_alive != self._session_alive:
+                self._session_alive = session_alive
+                self._session_changed = now
+                self._session.set(1 if session_alive else 0)
 
     def on_records_in(self, operator: str, partition: int, n: int) -> None:
         self._task(operator, partition).child(self._records_in).inc(n)

@@ -19,6 +19,7 @@ from typing import Final
 __all__ = [
     "BOUNDS",
     "E2E_LATENCY_BUCKETS_S",
+    "PARTITION_STATES",
     "LatencyBatch",
     "Sensor",
     "TunerDecisionLike",
@@ -44,6 +45,9 @@ E2E_LATENCY_BUCKETS_S: Final[tuple[float, ...]] = (
     120.0,
     300.0,
 )
+
+# A partition's lifecycle (runtime/lifecycle.py), as metrics and /ready show it.
+PARTITION_STATES: Final[tuple[str, ...]] = ("restoring", "replaying", "live", "backoff", "fenced")
 
 # Which term of `clamp(min(T*, T_rto, T_retention), T_min, T_max)` set the interval.
 BOUNDS: Final[tuple[str, ...]] = ("optimum", "rto", "retention", "min", "max", "fixed")
@@ -182,7 +186,15 @@ class Sensor:
         """The task was assigned to this worker (before restore)."""
 
     def on_task_revoked(self, operator: str, partition: int) -> None:
-        """The task left this worker: drop its per-partition series."""
+        """The task left this worker: drop its per-partition gauges (counters keep
+        counting where they were if it comes back: they never go back within a process)."""
+
+    def on_partition_state(self, operator: str, partition: int, state: str) -> None:
+        """The task's partition entered `state`: one of `PARTITION_STATES`."""
+
+    def on_loop(self, session_alive: bool, joined: bool) -> None:
+        """The worker's loop went round (every iteration: cheap). `session_alive`: its
+        group session is up; `joined`: the group has given it an assignment."""
 
     # Live loop: called once per batch, so implementations must be cheap.
     def on_records_in(self, operator: str, partition: int, n: int) -> None:

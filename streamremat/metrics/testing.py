@@ -16,6 +16,8 @@ __all__ = ["exercise_every_hook", "exported_sample_names"]
 def exercise_every_hook(sensor: Sensor, operator: str = "counts", partition: int = 0) -> None:
     """Call each hook of `sensor` once (order: a task's life), leaving its series in place."""
     sensor.on_task_assigned(operator, partition)
+    sensor.on_partition_state(operator, partition, "restoring")
+    sensor.on_loop(session_alive=True, joined=True)
     sensor.on_restore(operator, partition, 0.8, "local")
     sensor.on_checkpoint_fallback(operator, partition, "ChecksumMismatch")
     sensor.on_failure_detected(operator, partition)

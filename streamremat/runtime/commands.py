@@ -346,7 +346,7 @@ def _serve_metrics(app: App, settings: WorkerSettings) -> Any:
 
     prom = PrometheusSensor(app.name)
     try:
-        prom.serve(settings.metrics_port)
+        prom.serve(settings.metrics_port, stall_s=settings.health_stall_s)
     except OSError as exc:
         raise ConfigError(
             f"--metrics-port {settings.metrics_port} (STREAMREMAT_METRICS_PORT): cannot listen "

@@ -55,8 +55,8 @@ class LogTruncatedError(WorkerError):
         self.log_end = log_end
 
 
-class FencedError(WorkerError):
-    """Another worker took over this partition; this one must drop it without committing."""
+class PhaseError(RuntimeError):
+    """A partition was asked for a transition its lifecycle does not have: a bug."""
 
 
 class KafkaAccessError(WorkerError):

@@ -1,20 +1,15 @@
 """One source partition on this worker: its tasks, its transaction, its checkpoints.
 
-A ``PartitionRunner`` moves through explicit phases::
-
-    RESTORING ─► REPLAYING ─► LIVE ─► CLOSED
-                     │          └───► FENCED (another worker owns it now)
-                     └─────────────► CLOSED
-
-Only LIVE emits outputs and commits; REPLAYING rebuilds state for offsets whose
-outputs were committed before (DESIGN §6).
+A ``PartitionRunner`` moves through the phases of ``runtime/lifecycle.py``
+(RESTORING, REPLAYING, LIVE, then CLOSED, BACKOFF or FENCED), checked at each
+transition and reported to the sensor. Only LIVE emits outputs and commits;
+REPLAYING rebuilds state for offsets whose outputs were committed before (DESIGN §6).
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -35,10 +30,11 @@ from streamremat.runtime.commit_meta import (
     encode_commit_metadata,
 )
 from streamremat.runtime.gaps import check_restart
+from streamremat.runtime.lifecycle import Phase, check_transition
 from streamremat.runtime.outputs import BatchSender, OutRecord, to_records
 from streamremat.runtime.recovery_report import RecoveryReport, count_outputs
 from streamremat.runtime.scheduling import CheckpointScheduler, decode_meta, downtime_sample
-from streamremat.runtime.settings import WorkerSettings
+from streamremat.runtime.settings import Guarantee, WorkerSettings
 from streamremat.state.base import CheckpointStore
 from streamremat.state.frame import TaskId
 from streamremat.state.restore import newest_restore_point
@@ -47,14 +43,6 @@ log = logging.getLogger("streamremat.worker")
 
 #: Reads a partition's committed offset (None: never committed) and its metadata.
 FetchCommitted = Callable[[TopicPartition], Awaitable[tuple[int | None, str]]]
-
-
-class Phase(enum.Enum):
-    RESTORING = "restoring"
-    REPLAYING = "replaying"
-    LIVE = "live"
-    CLOSED = "closed"
-    FENCED = "fenced"
 
 
 class PartitionRunner:
@@ -99,6 +87,7 @@ class PartitionRunner:
         self.phase = Phase.RESTORING
         #: the tasks, the replay's bounds and the position (set by ``recover``)
         self.partition_tasks = PartitionTasks([], None, {})
+        self._report_phase()
         self.checkpointer = Checkpointer(tp.partition, settings.checkpoints, local, replica,
                                          scheduler, sensor)
         self.committed: int | None = None
@@ -251,7 +240,7 @@ class PartitionRunner:
         if start >= k:
             self._go_live()
         else:
-            self.phase = Phase.REPLAYING
+            self.to(Phase.REPLAYING)
             log.info(
                 "%s[%d]: replaying offsets [%d, %d) (%d records) from checkpoint (%s)",
                 tp.topic, tp.partition, start, k, k - start, self.report.source or "none",
@@ -263,7 +252,7 @@ class PartitionRunner:
         assert report is not None
         report.replayed = self.replay_until - report.start_offset
         report.replay_s = time.monotonic() - self._replay_started
-        self.phase = Phase.LIVE
+        self.to(Phase.LIVE)
         self._checkpoint_soon = True
         rate = report.replayed / report.replay_s if report.replay_s > 0 else 0.0
         downtime_s = self._downtime_s(report)
@@ -377,7 +366,7 @@ class PartitionRunner:
         """Hand buffered outputs to the producer (inside the open transaction)."""
         if not self._pending:
             return
-        if self.settings.guarantee == "exactly_once" and not self._in_txn:
+        if self.settings.guarantee is Guarantee.EXACTLY_ONCE and not self._in_txn:
             await self.producer.begin_transaction()
             self._in_txn = True
         pending, self._pending = self._pending, []
@@ -416,7 +405,7 @@ class PartitionRunner:
         else:
             return False
         offsets = {self.tp: (offset, metadata)}
-        if self.settings.guarantee == "exactly_once":
+        if self.settings.guarantee is Guarantee.EXACTLY_ONCE:
             if not self._in_txn:
                 await self.producer.begin_transaction()
                 self._in_txn = True
@@ -514,11 +503,24 @@ class PartitionRunner:
         """Wait for background replica writes (on revocation and shutdown)."""
         await self.checkpointer.drain(timeout_s)
 
-    async def close(self) -> None:
-        self.phase = Phase.CLOSED if self.phase is not Phase.FENCED else Phase.FENCED
-        for name in self.names:
-            self.sensor.on_task_revoked(name, self.tp.partition)
-        if self.producer is not None and self.settings.guarantee == "exactly_once":
+    def to(self, phase: Phase) -> None:
+        """Move to ``phase``; PhaseError if the lifecycle has no such transition."""
+        check_transition(f"{self.tp.topic}[{self.tp.partition}]", self.phase, phase)
+        self.phase = phase
+        self._report_phase()
+
+    def _report_phase(self) -> None:
+        if self.phase is not Phase.CLOSED:
+            for name in self.names:
+                self.sensor.on_partition_state(name, self.tp.partition, self.phase.value)
+
+    async def close(self, phase: Phase = Phase.CLOSED) -> None:
+        """End this runner in ``phase`` (CLOSED, BACKOFF or FENCED) and stop its
+        producer. Its metric series stay: the worker drops them when the partition
+        leaves (a fenced or backing-off partition still shows its state)."""
+        if self.phase in (Phase.RESTORING, Phase.REPLAYING, Phase.LIVE):
+            self.to(phase)
+        if self.producer is not None and self.settings.guarantee is Guarantee.EXACTLY_ONCE:
             try:
                 await self.producer.stop()
             except Exception as exc:

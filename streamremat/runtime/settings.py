@@ -12,6 +12,7 @@ from enum import StrEnum
 from streamremat.core.exceptions import ConfigError
 from streamremat.runtime.client import KafkaClientConfig
 from streamremat.runtime.kafka import Replication
+from streamremat.runtime.lifecycle import RetryPolicy
 from streamremat.tuning.config import TunerConfig
 
 #: The tuner's defaults are TunerConfig's: one source for settings, CLI and docs.
@@ -109,6 +110,10 @@ class WorkerSettings:
     repartition_retention_margin: float = 2.0
     #: raise the young GC threshold and freeze state after restore (runtime/gc_tuning.py)
     tune_gc: bool = True
+    #: backoff and retry budget of a partition whose Kafka steps fail
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    #: /healthz fails once the loop stalls, or the group session is down, this long
+    health_stall_s: float = 60.0
 
     def __post_init__(self) -> None:
         if self.kafka is None:

@@ -17,7 +17,13 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
-from aiokafka.errors import IllegalStateError, InvalidProducerEpoch, KafkaError, ProducerFenced
+from aiokafka.errors import (
+    IllegalOperation,
+    IllegalStateError,
+    InvalidProducerEpoch,
+    KafkaError,
+    ProducerFenced,
+)
 
 from streamremat.core.operator import App
 from streamremat.core.topology import Stage, compile_app
@@ -25,18 +31,12 @@ from streamremat.metrics.sensor import Sensor
 from streamremat.runtime import gaps, gc_tuning
 from streamremat.runtime.access import AUTHORIZATION_ERRORS, access_denied, check_connection
 from streamremat.runtime.exceptions import KafkaAccessError, WorkerError
-from streamremat.runtime.kafka import (
-    KafkaAdminError,
-    TopicSpec,
-    create_topics,
-    retention_s,
-    topic_config,
-    topic_partitions,
-)
+from streamremat.runtime.lifecycle import Parking, Phase, is_retriable, session_alive
 from streamremat.runtime.offsets import fetch_stable_offsets
-from streamremat.runtime.partition import PartitionRunner, Phase
+from streamremat.runtime.partition import PartitionRunner
 from streamremat.runtime.scheduling import CheckpointScheduler
 from streamremat.runtime.settings import Guarantee, WorkerSettings
+from streamremat.runtime.topics import ensure_topics
 from streamremat.state.base import CheckpointStore
 from streamremat.state.exceptions import CheckpointStoreUnavailable
 from streamremat.state.kafka import KafkaCheckpointConfig, KafkaCheckpointStore
@@ -94,6 +94,9 @@ class Worker:
         self._retention_s: dict[str, float | None] = {}
         #: repartition topic partitions: the offset records were deleted below
         self._purged: dict[TopicPartition, int] = {}
+        self._parking = Parking(settings.retry, self.sensor,
+                                lambda tp: [op.name for op in self._by_topic[tp.topic]])
+        self._joined = False  # the group has assigned partitions (maybe none) to us
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -194,64 +197,9 @@ class Worker:
         )
 
     async def _ensure_topics(self) -> None:
-        """Check the App's input topics; create every topic its stages write.
-
-        In topological order, so a stage's source (a repartition topic, or the sink
-        of the operator it reads) exists before its own outputs are sized: sinks,
-        dead-letter and late topics get their stage source's partition count, a
-        repartition topic the operator's ``repartition_partitions`` or that same
-        count, and a time retention covering the checkpoints a replay may need
-        (``WorkerSettings.repartition_retention_ms``); the checkpoint topic the
-        largest count. All go through ``create_topics``, which replicates them as
-        ``settings.replication`` says."""
-        client = self.settings.client
-        where = client.bootstrap_servers
-        for topic in self.topology.external_sources:
-            try:
-                parts = len(await topic_partitions(client, topic))
-            except KafkaAdminError as exc:
-                raise WorkerError(
-                    f"source topic {topic!r} is not readable on {where}: {exc}; create it "
-                    "first (the worker creates sinks, never sources)"
-                    + ("" if exc.code != KafkaAdminError.NOT_AUTHORIZED else
-                       f", or grant {client.sasl_username or 'this user'} DESCRIBE and READ on it")
-                ) from exc
-            if parts == 0:
-                raise WorkerError(f"source topic {topic!r} does not exist on {where}")
-        internal = self.topology.internal
-        retention_ms = self.settings.repartition_retention_ms
-        replication = self.settings.replication
-        specs: list[TopicSpec] = []
-        max_parts = 1
-        for stage in self.topology.stages:
-            parts = len(await topic_partitions(client, stage.source))
-            max_parts = max(max_parts, parts)
-            mine = [TopicSpec(t, parts) for t in stage.outputs if t != stage.target]
-            if stage.target is not None:
-                mine.append(TopicSpec(stage.target, stage.partitions or parts,
-                                      {"retention.ms": str(retention_ms),
-                                       "cleanup.policy": "delete"}))
-            # A topic read downstream must exist before the stage reading it is sized.
-            await create_topics(client, [x for x in mine if x.name in internal],
-                                replication=replication)
-            specs.extend(x for x in mine if x.name not in internal)
-        # Both stages of a re-keyed operator write its dead letters: one spec per topic.
-        specs = list({x.name: x for x in reversed(specs)}.values())
-        self._checkpoint_partitions = max_parts
-        if self.settings.checkpoints.replicate:
-            specs.append(TopicSpec(self.app.checkpoint_topic, max_parts,
-                                   KafkaCheckpointConfig(partitions=max_parts).topic_config()))
-        await create_topics(client, specs, replication=replication)
-        for topic in self._by_topic:
-            self._retention_s[topic] = retention_s(await topic_config(client, topic))
-        for topic in self.topology.repartition_topics:
-            actual = self._retention_s[topic]
-            if actual is not None and (retention_ms < 0 or actual * 1000 < retention_ms):
-                log.warning(
-                    "repartition topic %s keeps %.0f s, less than the %s its checkpoints "
-                    "may need (it existed before); raise its retention.ms", topic, actual,
-                    "unlimited retention" if retention_ms < 0 else f"{retention_ms / 1000:.0f} s",
-                )
+        made = await ensure_topics(self.app, self.settings, self.topology, self._by_topic)
+        self._checkpoint_partitions = made.checkpoint_partitions
+        self._retention_s.update(made.retention_s)
 
     # -- the live loop ----------------------------------------------------------
 
@@ -259,6 +207,9 @@ class Worker:
         consumer = self._consumer
         s = self.settings
         while not self._stopping.is_set() and self._fatal is None:
+            self.sensor.on_loop(session_alive(consumer), self._joined)
+            if self._parking.backoff:
+                self._to_recover.update(self._parking.due(time.monotonic()))
             if self._to_recover:
                 async with self._lock:
                     await self._recover_assigned()
@@ -337,6 +288,8 @@ class Worker:
         await asyncio.gather(*(self._guard(r, r.commit(self._consumer)) for r in runners))
         self.sensor.on_commit(time.monotonic() - started)
         for runner in runners:
+            if self.runners.get(runner.tp) is runner and not runner.has_uncommitted:
+                self._parking.committed(runner.tp)
             if (
                 self._fatal is None
                 and self.runners.get(runner.tp) is runner
@@ -391,21 +344,44 @@ class Worker:
         except _FENCED as exc:
             log.warning("%s[%d]: fenced by a newer owner (%s); dropping it uncommitted",
                         runner.tp.topic, runner.tp.partition, type(exc).__name__)
-            runner.phase = Phase.FENCED
             await runner.abort()
-            await self._drop(runner.tp)
-        except (KafkaError, IllegalStateError) as exc:
-            log.error("%s[%d]: Kafka step failed: %r; rebuilding it from its checkpoint",
-                      runner.tp.topic, runner.tp.partition, exc)
+            await self._drop(runner.tp, Phase.FENCED)
+            self._park(runner.tp)
+            self._parking.fence(runner.tp)
+        except (KafkaError, IllegalStateError, IllegalOperation) as exc:
+            # Its state ran ahead of what committed: rebuild it, after a backoff.
+            # (IllegalOperation: its producer left the transaction, e.g. fenced meanwhile.)
             await runner.abort()
-            await self._drop(runner.tp)
-            if not self._stopping.is_set():
-                await self._assign([runner.tp])
+            await self._drop(runner.tp, Phase.BACKOFF)
+            self._back_off(runner.tp, exc)
 
-    async def _drop(self, tp: TopicPartition) -> None:
+    def _park(self, tp: TopicPartition) -> None:
+        """No more fetches for ``tp`` until it is rebuilt (or the group moves it)."""
+        if tp in self._consumer.assignment():
+            self._consumer.pause(tp)
+
+    def _back_off(self, tp: TopicPartition, exc: BaseException) -> None:
+        """Retry ``tp`` later (DESIGN §10: bounded backoff); fatal once the budget is spent."""
+        if self._stopping.is_set():
+            return
+        self._park(tp)
+        fatal = self._parking.back_off(tp, exc, time.monotonic())
+        if fatal is not None:
+            log.error("%s", fatal)
+            self._fatal = fatal
+            self._stopping.set()
+
+    async def _drop(self, tp: TopicPartition, phase: Phase = Phase.CLOSED) -> None:
         runner = self.runners.pop(tp, None)
         if runner is not None:
-            await runner.close()
+            await runner.close(phase)
+
+    def _forget(self, tps: list[TopicPartition]) -> None:
+        """``tps`` left this worker: no retries, no metric gauges for them any more."""
+        for tp in tps:
+            self._parking.forget(tp)
+            for op in self._by_topic.get(tp.topic, ()):
+                self.sensor.on_task_revoked(op.name, tp.partition)
 
     # -- rebalancing ------------------------------------------------------------
 
@@ -417,6 +393,7 @@ class Worker:
             if mine:
                 log.info("revoked: %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in mine))
             await self._hand_over(mine)
+            self._forget(revoked)
 
     async def _hand_over(self, tps: list[TopicPartition]) -> None:
         runners = [self.runners[tp] for tp in tps if tp in self.runners]
@@ -434,10 +411,16 @@ class Worker:
     async def _on_assigned(self, assigned: list[TopicPartition]) -> None:
         """Only note the partitions: restoring inside the rebalance listener would
         hold up the group (no heartbeats), so the loop restores them, paused meanwhile."""
+        self._joined = True
         new = [tp for tp in assigned if tp not in self.runners]
         if new:
             self._consumer.pause(*new)
             self._to_recover.update(new)
+            for tp in new:
+                self._parking.forget(tp)  # a new assignment starts afresh
+                for op in self._by_topic[tp.topic]:
+                    self.sensor.on_task_assigned(op.name, tp.partition)
+                    self.sensor.on_partition_state(op.name, tp.partition, Phase.RESTORING.value)
 
     async def _recover_assigned(self) -> None:
         """Restore the partitions assigned since the last loop, then let them fetch.
@@ -472,6 +455,10 @@ class Worker:
                 log.error("%s", result)
                 self._fatal = result
                 self._stopping.set()
+            elif isinstance(result, KafkaError | IllegalStateError) or (
+                isinstance(result, BaseException) and is_retriable(result)
+            ):
+                self._back_off(tp, result)  # e.g. the broker is down or just restarting
             elif isinstance(result, BaseException):
                 log.error("%s[%d]: recovery failed: %r", tp.topic, tp.partition, result)
                 self._fatal = WorkerError(f"recovery of {tp.topic}[{tp.partition}] failed: "
@@ -488,7 +475,11 @@ class Worker:
                 enable_idempotence=True, acks="all",
                 **s.client.producer_kwargs(linger_ms=5, max_batch_size=256 * 1024),
             )
-            await producer.start()  # init_transactions: fences the previous owner
+            try:
+                await producer.start()  # init_transactions: fences the previous owner
+            except BaseException:
+                await _stop_quietly(producer)
+                raise
         else:
             producer = self._shared_producer
         assert self._local is not None
@@ -501,7 +492,7 @@ class Worker:
         try:
             await runner.recover(self._consumer, self._fetch_committed)
         except BaseException:
-            await runner.close()
+            await runner.close(Phase.BACKOFF)
             raise
         self.runners[tp] = runner
 
@@ -541,3 +532,10 @@ class Worker:
                 log.warning("closing %s failed: %s", type(closer).__name__, exc)
         log.info("worker %s stopped%s", self.settings.worker_id, "" if clean else " (unclean)")
         return clean
+
+
+async def _stop_quietly(producer: Any) -> None:
+    try:
+        await producer.stop()
+    except Exception as exc:  # it never started: nothing to release
+        log.debug("producer stop failed: %s", exc)

@@ -249,7 +249,7 @@ class WorkerProc:
             elif ": recovered: " in line:
                 recovered |= parts
             elif ("streamremat.worker: revoked: " in line or "fenced by a newer owner" in line
-                  or "Kafka step failed" in line):
+                  or "; backing off " in line):
                 assigned -= parts
                 recovered -= parts
         return assigned & recovered if live else assigned

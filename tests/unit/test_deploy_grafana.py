@@ -19,7 +19,8 @@ from streamremat.metrics.testing import exercise_every_hook, exported_sample_nam
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "deploy" / "grafana"
-ROWS = ["Overview", "Throughput and lag", "Checkpoints", "Recovery and tuner", "Bad input"]
+ROWS = ["Overview", "Throughput and lag", "Checkpoints", "Recovery and tuner", "Bad input",
+        "Health"]
 
 
 @pytest.fixture(scope="module")

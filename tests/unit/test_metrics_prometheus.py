@@ -206,23 +206,44 @@ def _task_series(registry: CollectorRegistry, partition: str) -> set[tuple[str, 
     }
 
 
-def test_revocation_removes_every_series_of_the_task_only(
+def test_revocation_removes_the_gauges_and_keeps_the_counters(
     sensor: PrometheusSensor, registry: CollectorRegistry
 ) -> None:
+    """Gauges of a revoked task go (no stale lag or state elsewhere); its counters stay
+    and continue if it comes back: a counter never goes back within a process."""
     exercise_every_hook(sensor, partition=0)
     exercise_every_hook(sensor, partition=1)
     kept = _task_series(registry, "1")
-    assert _task_series(registry, "0")
+    before = _task_series(registry, "0")
+    counted = value(registry, "streamremat_records_in_total")
 
     sensor.on_task_revoked("counts", 0)
 
-    assert _task_series(registry, "0") == set()
+    left = _task_series(registry, "0")
+    assert left and left < before
+    assert all(name.endswith(("_total", "_created")) for name, _ in left), left
     assert _task_series(registry, "1") == kept
     sensor.on_task_revoked("counts", 0)  # twice is harmless
     sensor.on_task_revoked("other", 9)  # never assigned: harmless
-    # Reassigned: the series come back from zero.
     sensor.on_records_in("counts", 0, 2)
-    assert value(registry, "streamremat_records_in_total") == 2
+    assert counted is not None
+    assert value(registry, "streamremat_records_in_total") == counted + 2
+
+
+def test_partition_state_is_one_hot_and_drives_ready(sensor: PrometheusSensor,
+                                                     registry: CollectorRegistry) -> None:
+    assert sensor.ready()[0] is False  # not joined yet
+    sensor.on_loop(session_alive=True, joined=True)
+    sensor.on_partition_state("counts", 0, "replaying")
+    assert sensor.ready() == (False, "not ready: partition 0 replaying")
+    sensor.on_partition_state("counts", 0, "live")
+    states = {s: value(registry, "streamremat_partition_state", state=s)
+              for s in ("restoring", "replaying", "live", "backoff", "fenced")}
+    assert states == {"restoring": 0, "replaying": 0, "live": 1, "backoff": 0, "fenced": 0}
+    assert sensor.ready() == (True, "ready: 1 partition(s) live")
+    assert sensor.healthz() == (True, "ok")
+    with pytest.raises(ValueError):
+        sensor.on_partition_state("counts", 0, "sleeping")
 
 
 def test_private_registry_has_process_metrics_and_is_served() -> None:

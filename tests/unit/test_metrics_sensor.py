@@ -27,6 +27,8 @@ def test_the_interface_covers_the_runtime_events() -> None:
             [
                 "on_task_assigned",
                 "on_task_revoked",
+                "on_partition_state",
+                "on_loop",
                 "on_records_in",
                 "on_records_out",
                 "on_batch",
@@ -76,11 +78,13 @@ def test_exercise_every_hook_calls_every_hook_but_revocation() -> None:
     assert recorder.called == set(HOOKS) - {"on_task_revoked"}
 
 
-def test_hooks_take_operator_and_partition_first_except_commit() -> None:
+def test_hooks_take_operator_and_partition_first_except_worker_wide_ones() -> None:
     for name in HOOKS:
         params = list(inspect.signature(getattr(Sensor, name)).parameters)
         if name == "on_commit":
             assert params == ["self", "duration_s"]
+        elif name == "on_loop":
+            assert params == ["self", "session_alive", "joined"]
         else:
             assert params[:3] == ["self", "operator", "partition"], name
 
@@ -188,3 +192,10 @@ def test_read_tuner_decision_from_the_real_tuner() -> None:
     assert reading.rto_infeasible == decision.rto_infeasible
     assert reading.predicted_recovery_s == decision.predicted_recovery_s
     assert reading.rto_s == 60.0
+
+
+def test_partition_states_are_the_lifecycle_phases() -> None:
+    from streamremat.metrics.sensor import PARTITION_STATES
+    from streamremat.runtime.lifecycle import Phase
+
+    assert set(PARTITION_STATES) == {p.value for p in Phase if p is not Phase.CLOSED}
