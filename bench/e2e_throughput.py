@@ -299,12 +299,15 @@ async def live_phase(
     assert group is not None
     polls = 0
 
+    samples: list[dict[int, int]] = []
+
     async def at_end(_worker: Worker) -> bool:
         nonlocal polls
         polls += 1
         if polls % 5:  # the admin call every ~100 ms, not every 20 ms
             return False
         committed = await committed_offsets(admin, group, topic)
+        samples.append({p: committed.get(p, 0) for p in ends})
         return all(committed.get(p, -1) >= end for p, end in ends.items())
 
     breakdown = Breakdown()
@@ -334,7 +337,26 @@ async def live_phase(
         "wall_events_per_s": n / (reached - started),
         "checkpoints": checkpoints,
         "breakdown": breakdown.summary(reached - live_from),
+        "spread": catch_up_spread(samples, ends),
     }
+
+
+def catch_up_spread(samples: list[dict[int, int]], ends: dict[int, int]) -> dict[str, Any]:
+    """Fair progress (issue 10 item 8): per sample of the committed offsets taken
+    while 10-90 % of the backlog was committed, the slowest partition's share of
+    its end over the fastest's; 1.0 is perfectly even, 0 a partition not started."""
+    total = sum(ends.values())
+    spreads = []
+    for s in samples:
+        done = sum(s.values())
+        if 0.1 * total <= done <= 0.9 * total:
+            shares = [s[p] / ends[p] for p in ends if ends[p]]
+            spreads.append(min(shares) / max(shares) if max(shares) else 1.0)
+    if not spreads:
+        return {"samples": 0, "min": None, "median": None}
+    spreads.sort()
+    return {"samples": len(spreads), "min": round(spreads[0], 3),
+            "median": round(spreads[len(spreads) // 2], 3)}
 
 
 async def replay_phase(
@@ -486,7 +508,8 @@ async def run(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
             live = await live_phase(bootstrap, app, live_settings, topic, ends, profile,
                                     args.timeout)
             print(f"live:   {n:,} events in {live['seconds']:.2f} s = "
-                  f"{live['events_per_s']:,.0f}/s (startup {live['startup_s']:.2f} s)",
+                  f"{live['events_per_s']:,.0f}/s (startup {live['startup_s']:.2f} s; "
+                  f"catch-up spread min {live['spread']['min']})",
                   file=sys.stderr)
             if profile is not None:
                 _write_profile(profile, args.profile)
@@ -548,6 +571,8 @@ async def run(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
             "replay_wall": round(replay["wall_s"], 3),
         },
         "live_wall_events_per_s": round(live["wall_events_per_s"]),
+        # slowest/fastest partition's committed share while catching up (1.0: even)
+        "catch_up_spread": live["spread"],
         "replay_log_events_per_s": round(replay["log_events_per_s"]),
         "processed": {"raw": raw_count, "live_committed": sum(ends.values()),
                       "replayed": replay["replayed"]},

@@ -22,10 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ConcurrentTransactions, KafkaError, KafkaTimeoutError
 
 from streamremat.metrics.sensor import Sensor
+from streamremat.runtime.client import KafkaClientConfig
 from streamremat.runtime.exceptions import PhaseError, WorkerError
 
 log = logging.getLogger("streamremat.worker")
@@ -104,10 +105,12 @@ class Parking:
     the state; the consumer keeps them paused."""
 
     def __init__(self, policy: RetryPolicy, sensor: Sensor,
+                 pause: Callable[[TopicPartition], None],
                  operators: Callable[[TopicPartition], Sequence[str]],
                  rng: random.Random | None = None) -> None:
         self.policy = policy
         self.sensor = sensor
+        self._pause = pause  # no fetches for a parked partition
         self._operators = operators
         self._rng = rng or random.Random()
         self._retries: dict[TopicPartition, Retry] = {}
@@ -135,6 +138,7 @@ class Parking:
             )
         delay = self.policy.delay_s(retry.attempts, self._rng)
         retry.due_s = now_s + delay
+        self._pause(tp)
         self.backoff.add(tp)
         self._report(tp, Phase.BACKOFF)
         log.warning("%s: %s; backing off %.1f s (attempt %d of %d), then rebuilding it from "
@@ -145,6 +149,7 @@ class Parking:
         return None
 
     def fence(self, tp: TopicPartition) -> None:
+        self._pause(tp)
         self.fenced.add(tp)
         self._report(tp, Phase.FENCED)
 
@@ -159,6 +164,21 @@ class Parking:
         """``tp`` committed again: its next failure starts a fresh budget."""
         self._retries.pop(tp, None)
 
+    def assigned(self, tps: Sequence[TopicPartition]) -> None:
+        """Newly assigned here (restoring soon): a fresh retry budget, series shown."""
+        for tp in tps:
+            self.forget(tp)
+            for op in self._operators(tp):
+                self.sensor.on_task_assigned(op, tp.partition)
+            self._report(tp, Phase.RESTORING)
+
+    def revoked(self, tps: Sequence[TopicPartition]) -> None:
+        """No longer assigned here: no retries, no gauges (counters stay)."""
+        for tp in tps:
+            self.forget(tp)
+            for op in self._operators(tp):
+                self.sensor.on_task_revoked(op, tp.partition)
+
     def forget(self, tp: TopicPartition) -> None:
         """``tp`` is no longer assigned here."""
         self._retries.pop(tp, None)
@@ -172,3 +192,21 @@ def session_alive(consumer: Any) -> bool:
     coordinator = getattr(consumer, "_coordinator", None)
     return (coordinator is not None and getattr(coordinator, "coordinator_id", None) is not None
             and bool(getattr(coordinator, "member_id", "")))
+
+
+async def start_transactional_producer(client: KafkaClientConfig, transactional_id: str) -> Any:
+    """A partition's producer, started: ``init_transactions`` fences the previous
+    owner. If the start fails (e.g. the broker is down), nothing is left open."""
+    producer = AIOKafkaProducer(
+        transactional_id=transactional_id, enable_idempotence=True, acks="all",
+        **client.producer_kwargs(linger_ms=5, max_batch_size=256 * 1024),
+    )
+    try:
+        await producer.start()
+    except BaseException:
+        try:
+            await producer.stop()
+        except Exception as exc:  # it never started: nothing to release
+            log.debug("producer stop failed: %s", exc)
+        raise
+    return producer

@@ -31,7 +31,14 @@ from streamremat.metrics.sensor import Sensor
 from streamremat.runtime import gaps, gc_tuning
 from streamremat.runtime.access import AUTHORIZATION_ERRORS, access_denied, check_connection
 from streamremat.runtime.exceptions import KafkaAccessError, WorkerError
-from streamremat.runtime.lifecycle import Parking, Phase, is_retriable, session_alive
+from streamremat.runtime.fetching import fetch_round
+from streamremat.runtime.lifecycle import (
+    Parking,
+    Phase,
+    is_retriable,
+    session_alive,
+    start_transactional_producer,
+)
 from streamremat.runtime.offsets import fetch_stable_offsets
 from streamremat.runtime.partition import PartitionRunner
 from streamremat.runtime.scheduling import CheckpointScheduler
@@ -87,15 +94,15 @@ class Worker:
         self._fatal: BaseException | None = None
         self._last_commit = time.monotonic()
         self._last_gauges = 0.0
-        #: Partitions recovered while the current ``getmany`` ran: records it returns
-        #: for them may have been fetched before recovery's seek (see ``_process``).
         #: assigned, paused, waiting for the loop to restore them
         self._to_recover: set[TopicPartition] = set()
         self._retention_s: dict[str, float | None] = {}
         #: repartition topic partitions: the offset records were deleted below
         self._purged: dict[TopicPartition, int] = {}
-        self._parking = Parking(settings.retry, self.sensor,
-                                lambda tp: [op.name for op in self._by_topic[tp.topic]])
+        self._parking = Parking(
+            settings.retry, self.sensor, self._pause,
+            lambda tp: [stage.name for stage in self._by_topic.get(tp.topic, ())],
+        )
         self._joined = False  # the group has assigned partitions (maybe none) to us
 
     # -- lifecycle --------------------------------------------------------------
@@ -214,7 +221,7 @@ class Worker:
                 async with self._lock:
                     await self._recover_assigned()
             try:
-                batches = await consumer.getmany(timeout_ms=100, max_records=s.max_batch_records)
+                fetched = await fetch_round(consumer, s.max_batch_records)
             except gaps.POSITION_ERRORS as exc:  # never reset: see runtime/gaps.py
                 async with self._lock:
                     await gaps.position_error(self._consumer, self.runners, exc,
@@ -223,7 +230,12 @@ class Worker:
             async with self._lock:
                 if self._fatal is not None:
                     break
-                await self._process(batches)
+                await self._process(fetched.batches, fetched.full)
+                if isinstance(fetched.error, gaps.POSITION_ERRORS):
+                    await gaps.position_error(self._consumer, self.runners, fetched.error,
+                                              s.on_retention_gap, self.sensor)
+                elif fetched.error is not None:
+                    raise fetched.error
                 if time.monotonic() - self._last_commit >= s.commit_interval_s:
                     await self._commit_all()
                 if time.monotonic() - self._last_gauges >= 1.0:
@@ -233,7 +245,7 @@ class Worker:
             # group evicts this worker.
             await asyncio.sleep(0)
 
-    async def _process(self, batches: dict[TopicPartition, list[Any]]) -> None:
+    async def _process(self, batches: dict[TopicPartition, list[Any]], backlogged: bool) -> None:
         started = time.monotonic()
         firsts = {tp: records[0].offset for tp, records in batches.items() if records}
         await gaps.check_jumps(self._consumer, self.runners, firsts,
@@ -257,8 +269,6 @@ class Worker:
         if batches:
             busy = time.monotonic() - started
             total = sum(len(r) for r in batches.values())
-            # A full batch means the consumer is behind: its speed is full throughput.
-            backlogged = total >= self.settings.max_batch_records
             for tp, records in batches.items():
                 runner = self.runners.get(tp)
                 if runner is None:
@@ -322,12 +332,10 @@ class Worker:
                  tp.topic, tp.partition, floor)
 
     async def _guard(self, runner: PartitionRunner, step: Any) -> None:
-        """Run a Kafka step of one partition; a failure drops the partition, never the worker.
-
-        Fenced: another worker owns it now, drop it without committing or
-        checkpointing. Any other error: abort the transaction and rebuild the
-        partition from its checkpoint, since its state ran ahead of what committed.
-        """
+        """Run a Kafka step of one partition; a failure drops the partition, never the
+        worker. Fenced: another worker owns it, it stays paused. Any other error:
+        abort, and rebuild it from its checkpoint after a backoff (its state ran ahead
+        of what committed)."""
         try:
             await step
         except AUTHORIZATION_ERRORS as exc:
@@ -346,17 +354,14 @@ class Worker:
                         runner.tp.topic, runner.tp.partition, type(exc).__name__)
             await runner.abort()
             await self._drop(runner.tp, Phase.FENCED)
-            self._park(runner.tp)
             self._parking.fence(runner.tp)
         except (KafkaError, IllegalStateError, IllegalOperation) as exc:
-            # Its state ran ahead of what committed: rebuild it, after a backoff.
-            # (IllegalOperation: its producer left the transaction, e.g. fenced meanwhile.)
+            # IllegalOperation: its producer left the transaction, e.g. fenced meanwhile.
             await runner.abort()
             await self._drop(runner.tp, Phase.BACKOFF)
             self._back_off(runner.tp, exc)
 
-    def _park(self, tp: TopicPartition) -> None:
-        """No more fetches for ``tp`` until it is rebuilt (or the group moves it)."""
+    def _pause(self, tp: TopicPartition) -> None:
         if tp in self._consumer.assignment():
             self._consumer.pause(tp)
 
@@ -364,7 +369,6 @@ class Worker:
         """Retry ``tp`` later (DESIGN §10: bounded backoff); fatal once the budget is spent."""
         if self._stopping.is_set():
             return
-        self._park(tp)
         fatal = self._parking.back_off(tp, exc, time.monotonic())
         if fatal is not None:
             log.error("%s", fatal)
@@ -376,13 +380,6 @@ class Worker:
         if runner is not None:
             await runner.close(phase)
 
-    def _forget(self, tps: list[TopicPartition]) -> None:
-        """``tps`` left this worker: no retries, no metric gauges for them any more."""
-        for tp in tps:
-            self._parking.forget(tp)
-            for op in self._by_topic.get(tp.topic, ()):
-                self.sensor.on_task_revoked(op.name, tp.partition)
-
     # -- rebalancing ------------------------------------------------------------
 
     async def _on_revoked(self, revoked: list[TopicPartition]) -> None:
@@ -393,7 +390,7 @@ class Worker:
             if mine:
                 log.info("revoked: %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in mine))
             await self._hand_over(mine)
-            self._forget(revoked)
+            self._parking.revoked(revoked)
 
     async def _hand_over(self, tps: list[TopicPartition]) -> None:
         runners = [self.runners[tp] for tp in tps if tp in self.runners]
@@ -416,11 +413,7 @@ class Worker:
         if new:
             self._consumer.pause(*new)
             self._to_recover.update(new)
-            for tp in new:
-                self._parking.forget(tp)  # a new assignment starts afresh
-                for op in self._by_topic[tp.topic]:
-                    self.sensor.on_task_assigned(op.name, tp.partition)
-                    self.sensor.on_partition_state(op.name, tp.partition, Phase.RESTORING.value)
+            self._parking.assigned(new)
 
     async def _recover_assigned(self) -> None:
         """Restore the partitions assigned since the last loop, then let them fetch.
@@ -451,35 +444,25 @@ class Worker:
                                    f"starting {tp.topic}[{tp.partition}]")
             if denied is not None:
                 result = KafkaAccessError(denied)
-            if isinstance(result, WorkerError):
-                log.error("%s", result)
-                self._fatal = result
-                self._stopping.set()
-            elif isinstance(result, KafkaError | IllegalStateError) or (
-                isinstance(result, BaseException) and is_retriable(result)
+            if not isinstance(result, BaseException):
+                continue
+            if not isinstance(result, WorkerError) and (
+                isinstance(result, KafkaError | IllegalStateError) or is_retriable(result)
             ):
                 self._back_off(tp, result)  # e.g. the broker is down or just restarting
-            elif isinstance(result, BaseException):
-                log.error("%s[%d]: recovery failed: %r", tp.topic, tp.partition, result)
-                self._fatal = WorkerError(f"recovery of {tp.topic}[{tp.partition}] failed: "
-                                          f"{result!r}")
-                self._stopping.set()
+                continue
+            self._fatal = result if isinstance(result, WorkerError) else WorkerError(
+                f"recovery of {tp.topic}[{tp.partition}] failed: {result!r}")
+            log.error("%s", self._fatal)
+            self._stopping.set()
 
     async def _start_runner(self, tp: TopicPartition) -> None:
         s = self.settings
         if s.guarantee is Guarantee.EXACTLY_ONCE:
             # One transactional id per source partition: whoever owns the partition
             # next fences this producer, whatever the group generation.
-            producer = AIOKafkaProducer(
-                transactional_id=f"{self.group_id}.{tp.topic}.{tp.partition}",
-                enable_idempotence=True, acks="all",
-                **s.client.producer_kwargs(linger_ms=5, max_batch_size=256 * 1024),
-            )
-            try:
-                await producer.start()  # init_transactions: fences the previous owner
-            except BaseException:
-                await _stop_quietly(producer)
-                raise
+            producer = await start_transactional_producer(
+                s.client, f"{self.group_id}.{tp.topic}.{tp.partition}")
         else:
             producer = self._shared_producer
         assert self._local is not None
@@ -532,10 +515,3 @@ class Worker:
                 log.warning("closing %s failed: %s", type(closer).__name__, exc)
         log.info("worker %s stopped%s", self.settings.worker_id, "" if clean else " (unclean)")
         return clean
-
-
-async def _stop_quietly(producer: Any) -> None:
-    try:
-        await producer.stop()
-    except Exception as exc:  # it never started: nothing to release
-        log.debug("producer stop failed: %s", exc)

@@ -30,7 +30,8 @@ def test_e2e_bench_small(kafka_bootstrap: str, tmp_path: Path) -> None:
 
     for key in ("raw_events_per_s", "live_events_per_s", "replay_events_per_s",
                 "live_over_raw", "replay_over_live", "goals", "goals_met", "seconds",
-                "checkpoint", "changelog", "changelog_over_checkpoint", "live_breakdown"):
+                "checkpoint", "changelog", "changelog_over_checkpoint", "live_breakdown",
+                "catch_up_spread"):
         assert key in summary, key
     assert summary["bench"] == "e2e_throughput"
     assert summary["events"] == EVENTS and summary["keys"] == KEYS

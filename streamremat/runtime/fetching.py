@@ -1,0 +1,47 @@
+"""One round of records for the live loop, fair across partitions.
+
+aiokafka's ``getmany(max_records=N)`` drains its fetch buffers in the order they
+arrived: with a backlog, one partition's buffer fills whole batches while the
+others wait (seen: partitions 1 and 3 fully committed while 0 and 2 had not
+started). A round instead takes at most ``N // n`` records from each of the
+``n`` partitions that fetch, so every backlogged partition moves every round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import TopicPartition
+
+
+@dataclass(frozen=True)
+class Round:
+    batches: dict[TopicPartition, list[Any]]
+    #: every fetching partition gave its full share: the consumer is behind, so the
+    #: round ran at full throughput (what the tuner may use as replay speed)
+    full: bool
+    #: raised while topping up, after ``batches`` were taken: handle it after them
+    error: BaseException | None = None
+
+
+async def fetch_round(consumer: Any, max_records: int, timeout_ms: int = 100) -> Round:
+    """Wait up to ``timeout_ms`` for records, then top up from every other fetching
+    partition with what is already buffered; at most ``max_records`` in all. An
+    error of the first fetch is raised (nothing was consumed); one of a top-up is
+    returned with the records already taken, which must be processed first."""
+    active = [tp for tp in consumer.assignment() if tp not in consumer.paused()]
+    share = max(1, max_records // max(1, len(active)))
+    batches: dict[TopicPartition, list[Any]] = await consumer.getmany(
+        timeout_ms=timeout_ms, max_records=share
+    )
+    error: BaseException | None = None
+    for tp in active:
+        if tp not in batches:
+            try:
+                batches.update(await consumer.getmany(tp, timeout_ms=0, max_records=share))
+            except Exception as exc:  # e.g. out of range: the records above were consumed
+                error = exc
+                break
+    full = bool(active) and sum(len(r) for r in batches.values()) >= share * len(active)
+    return Round(batches, full, error)
