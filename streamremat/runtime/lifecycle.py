@@ -194,9 +194,10 @@ def session_alive(consumer: Any) -> bool:
             and bool(getattr(coordinator, "member_id", "")))
 
 
-async def start_transactional_producer(client: KafkaClientConfig, transactional_id: str) -> Any:
-    """A partition's producer, started: ``init_transactions`` fences the previous
-    owner. If the start fails (e.g. the broker is down), nothing is left open."""
+async def start_producer(client: KafkaClientConfig, transactional_id: str | None = None) -> Any:
+    """An idempotent ``acks=all`` producer, started; with ``transactional_id``, a
+    partition's, whose ``init_transactions`` fences the previous owner. If the start
+    fails (e.g. the broker is down), nothing is left open."""
     producer = AIOKafkaProducer(
         transactional_id=transactional_id, enable_idempotence=True, acks="all",
         **client.producer_kwargs(linger_ms=5, max_batch_size=256 * 1024),

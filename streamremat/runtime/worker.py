@@ -15,7 +15,7 @@ import signal
 import time
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.errors import (
     IllegalOperation,
@@ -37,7 +37,7 @@ from streamremat.runtime.lifecycle import (
     Phase,
     is_retriable,
     session_alive,
-    start_transactional_producer,
+    start_producer,
 )
 from streamremat.runtime.offsets import fetch_stable_offsets
 from streamremat.runtime.partition import PartitionRunner
@@ -172,11 +172,7 @@ class Worker:
             await replica.ensure_topic()
             self._replica = replica
         if s.guarantee is Guarantee.AT_LEAST_ONCE:
-            self._shared_producer = AIOKafkaProducer(
-                acks="all", enable_idempotence=True,
-                **client.producer_kwargs(linger_ms=5, max_batch_size=256 * 1024),
-            )
-            await self._shared_producer.start()
+            self._shared_producer = await start_producer(client)
         self._consumer = AIOKafkaConsumer(
             group_id=self.group_id,
             enable_auto_commit=False,
@@ -461,8 +457,7 @@ class Worker:
         if s.guarantee is Guarantee.EXACTLY_ONCE:
             # One transactional id per source partition: whoever owns the partition
             # next fences this producer, whatever the group generation.
-            producer = await start_transactional_producer(
-                s.client, f"{self.group_id}.{tp.topic}.{tp.partition}")
+            producer = await start_producer(s.client, f"{self.group_id}.{tp.topic}.{tp.partition}")
         else:
             producer = self._shared_producer
         assert self._local is not None
@@ -480,8 +475,7 @@ class Worker:
         self.runners[tp] = runner
 
     async def _fetch_committed(self, tp: TopicPartition) -> tuple[int | None, str]:
-        """The group's committed offset of ``tp`` and the metadata committed with it,
-        once no transaction still completes offsets for it (``runtime/offsets.py``)."""
+        """``tp``'s committed offset and metadata, once stable (``runtime/offsets.py``)."""
         found = await fetch_stable_offsets(self._admin, self.group_id, [tp])
         return found.get(tp, (None, ""))
 
