@@ -1,4 +1,5 @@
-"""One round of records for the live loop, fair across partitions.
+"""The worker's group consumer, and one round of records for the live loop, fair
+across partitions.
 
 aiokafka's ``getmany(max_records=N)`` drains its fetch buffers in the order they
 arrived: with a backlog, one partition's buffer fills whole batches while the
@@ -12,7 +13,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from streamremat.runtime.settings import WorkerSettings
+
+
+def group_consumer(s: WorkerSettings, group_id: str) -> AIOKafkaConsumer:
+    """The worker's consumer (not started): no auto-commit, ``read_committed``."""
+    return AIOKafkaConsumer(
+        group_id=group_id,
+        enable_auto_commit=False,
+        # Never move a position by itself: a fetch outside the log raises, and
+        # runtime/gaps.py applies --on-retention-gap (DESIGN §5).
+        auto_offset_reset="none",
+        isolation_level="read_committed",
+        **s.client.consumer_kwargs(
+            client_id=f"streamremat-{s.worker_id}",
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms,
+            max_poll_interval_ms=max(300_000, s.session_timeout_ms * 3),
+            fetch_max_bytes=16 * 1024 * 1024,
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+        ),
+    )
 
 
 @dataclass(frozen=True)

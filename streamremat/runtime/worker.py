@@ -15,7 +15,7 @@ import signal
 import time
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.errors import (
     IllegalOperation,
@@ -31,7 +31,7 @@ from streamremat.metrics.sensor import Sensor
 from streamremat.runtime import gaps, gc_tuning
 from streamremat.runtime.access import AUTHORIZATION_ERRORS, access_denied, check_connection
 from streamremat.runtime.exceptions import KafkaAccessError, WorkerError
-from streamremat.runtime.fetching import fetch_round
+from streamremat.runtime.fetching import fetch_round, group_consumer
 from streamremat.runtime.lifecycle import (
     Parking,
     Phase,
@@ -173,22 +173,7 @@ class Worker:
             self._replica = replica
         if s.guarantee is Guarantee.AT_LEAST_ONCE:
             self._shared_producer = await start_producer(client)
-        self._consumer = AIOKafkaConsumer(
-            group_id=self.group_id,
-            enable_auto_commit=False,
-            # Never move a position by itself: a fetch outside the log raises, and
-            # runtime/gaps.py applies --on-retention-gap (DESIGN §5).
-            auto_offset_reset="none",
-            isolation_level="read_committed",
-            **client.consumer_kwargs(
-                client_id=f"streamremat-{s.worker_id}",
-                session_timeout_ms=s.session_timeout_ms,
-                heartbeat_interval_ms=s.heartbeat_interval_ms,
-                max_poll_interval_ms=max(300_000, s.session_timeout_ms * 3),
-                fetch_max_bytes=16 * 1024 * 1024,
-                max_partition_fetch_bytes=4 * 1024 * 1024,
-            ),
-        )
+        self._consumer = group_consumer(s, self.group_id)
         self._admin = AIOKafkaAdminClient(**client.admin_kwargs())
         await self._admin.start()
         self._consumer.subscribe(sorted(self._by_topic), listener=_Rebalance(self))

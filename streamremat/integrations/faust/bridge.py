@@ -28,7 +28,8 @@ from streamremat.integrations.faust.outputs import result_records
 from streamremat.metrics.sensor import Sensor
 from streamremat.runtime.kafka import TopicSpec, create_topics, retention_s, topic_config
 from streamremat.runtime.kafka import topic_partitions as partitions_of
-from streamremat.runtime.partition import PartitionRunner, Phase
+from streamremat.runtime.lifecycle import Phase
+from streamremat.runtime.partition import PartitionRunner
 from streamremat.runtime.recovery_report import count_outputs
 from streamremat.runtime.scheduling import CheckpointScheduler
 from streamremat.runtime.settings import WorkerSettings
