@@ -120,6 +120,8 @@ class Bridge:
         self._retention_s: dict[str, float | None] = {}
         self._last_commit = time.monotonic()
         self._last_gauges = 0.0
+        #: False from a revocation until ``rewind`` has sought the partitions back
+        self.assigned = False
         #: per partition, the (position, offset) of the last gap sought back over
         self._gaps: dict[TopicPartition, tuple[int, int]] = {}
 
@@ -200,6 +202,11 @@ class Bridge:
                 await runner.recover(positioner, fetch)
                 await consumer.seek(tp, positioner.seeks[runner.tp])
                 self.runners[runner.tp] = runner
+            self.assigned = True
+
+    def revoking(self) -> None:
+        """faust is about to revoke partitions (see ``agent``)."""
+        self.assigned = False
 
     def _runner(self, tp: TopicPartition) -> FaustPartition:
         s = self.settings
@@ -220,15 +227,15 @@ class Bridge:
         app = self.faust_app
         async for events in stream.noack_take(s.max_batch_records, within=0.05):
             async with self.lock:
-                # During a rebalance faust forgets its committed offsets (so it would
-                # count a replay's acks) and will seek every partition back anyway:
-                # neither process nor ack; the events come again after ``rewind``.
-                if app.rebalancing:
+                # From a revocation until ``rewind`` faust has forgotten its committed
+                # offsets (it would count a replay's acks), and every partition is
+                # sought back then: neither process nor ack; the events come again.
+                if not self.assigned:
                     _forget(app.consumer, events)
                     continue
                 done = await self._process(events)
-                if app.rebalancing:
-                    # Began while the outputs were sent: they may repeat (identical).
+                if not self.assigned:
+                    # Revoked while the outputs were sent: they may repeat (identical).
                     _forget(app.consumer, events)
                     continue
                 for event in done:

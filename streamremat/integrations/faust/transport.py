@@ -16,13 +16,20 @@ from __future__ import annotations
 from typing import ClassVar
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
-from faust.types import ConsumerT
+from faust.types import TP, ConsumerT
 
 #: ``faust.App(broker=f"{SCHEME}://host:port")``
 SCHEME = "streamremat"
 
 
 class Consumer(faust_aiokafka.Consumer):
+    async def on_partitions_revoked(self, revoked: set[TP]) -> None:
+        # Before faust forgets its committed offsets (it would count acks below them).
+        bridge = getattr(self.app, "_streamremat_bridge", None)
+        if bridge is not None:
+            bridge.revoking()
+        await super().on_partitions_revoked(revoked)
+
     async def perform_seek(self) -> None:
         await super().perform_seek()
         bridge = getattr(self.app, "_streamremat_bridge", None)
