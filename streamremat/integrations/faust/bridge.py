@@ -186,7 +186,10 @@ class Bridge:
                 log.info("revoked: %s", ", ".join(f"{tp.topic}[{tp.partition}]"
                                                   for tp in self.runners))
             for tp in list(self.runners):
-                await self.runners.pop(tp).close()
+                runner = self.runners.pop(tp)
+                await runner.close()
+                for name in runner.names:  # it left: drop its gauges (counters stay)
+                    runner.sensor.on_task_revoked(name, tp.partition)
             if not assigned:
                 return
             log.info("assigned: %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in assigned))
