@@ -48,12 +48,16 @@ class Round:
     error: BaseException | None = None
 
 
-async def fetch_round(consumer: Any, max_records: int, timeout_ms: int = 100) -> Round:
+async def fetch_round(consumer: Any, max_records: int, timeout_ms: int = 100,
+                      fair: bool = True) -> Round:
     """Wait up to ``timeout_ms`` for records, then top up from every other fetching
     partition with what is already buffered; at most ``max_records`` in all. An
     error of the first fetch is raised (nothing was consumed); one of a top-up is
     returned with the records already taken, which must be processed first."""
     active = [tp for tp in consumer.assignment() if tp not in consumer.paused()]
+    if not fair:
+        got = await consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        return Round(got, sum(len(r) for r in got.values()) >= max_records)
     share = max(1, max_records // max(1, len(active)))
     batches: dict[TopicPartition, list[Any]] = await consumer.getmany(
         timeout_ms=timeout_ms, max_records=share

@@ -451,13 +451,16 @@ class PartitionRunner:
     def batch_done(self, records: int, busy_s: float, backlogged: bool) -> None:
         self.scheduler.batch(records, busy_s, backlogged)
 
-    def report_gauges(self, highwater: int | None) -> None:
-        """Periodic gauges: lag, checkpoint age and the tuner's reasoning."""
-        p = self.tp.partition
+    def observe_source(self, highwater: int | None) -> None:
+        """Feed the tuner the source's growth since the last call (its ingest rate r)."""
         if highwater is not None:
             if self._last_highwater is not None:
                 self.scheduler.source_grew(time.time(), max(0, highwater - self._last_highwater))
             self._last_highwater = highwater
+
+    def report_gauges(self, highwater: int | None) -> None:
+        """Periodic gauges: lag, checkpoint age and the tuner's reasoning (reads only)."""
+        p = self.tp.partition
         age = time.time() - self._last_checkpoint_wall
         decision = self.scheduler.decision(time.time(), age, self._backlog(highwater))
         for name in self.names:

@@ -202,7 +202,8 @@ class Worker:
                 async with self._lock:
                     await self._recover_assigned()
             try:
-                fetched = await fetch_round(consumer, s.max_batch_records)
+                # Fair rounds stay off: with them test_tune's worker stalls (issue 10 item 8).
+                fetched = await fetch_round(consumer, s.max_batch_records, fair=False)
             except gaps.POSITION_ERRORS as exc:  # never reset: see runtime/gaps.py
                 async with self._lock:
                     await gaps.position_error(self._consumer, self.runners, exc,
@@ -262,7 +263,8 @@ class Worker:
     def _report_gauges(self) -> None:
         self._last_gauges = time.monotonic()
         for tp, runner in self.runners.items():
-            runner.report_gauges(self._consumer.highwater(tp))
+            runner.observe_source(highwater := self._consumer.highwater(tp))
+            runner.report_gauges(highwater)
 
     async def _commit_all(self) -> None:
         """Commit every live partition (outputs + offsets), then checkpoint the due ones.

@@ -355,6 +355,7 @@ class Bridge:
                 highwater = consumer.highwater(tp)
             except Exception:  # not fetched yet
                 highwater = None
+            runner.observe_source(highwater)
             runner.report_gauges(highwater)
 
 
