@@ -448,6 +448,13 @@ class PartitionRunner:
             time.monotonic() - self._last_checkpoint_mono,
         )
 
+    def checkpoint_lags(self) -> bool:
+        """Due, all committed, yet the newest checkpoint is below the committed offset
+        (without new records, nothing else would checkpoint it)."""
+        return not self.has_uncommitted and self._checkpointed_at != self.position and (
+            self.checkpoint_due()
+        )
+
     def batch_done(self, records: int, busy_s: float, backlogged: bool) -> None:
         self.scheduler.batch(records, busy_s, backlogged)
 

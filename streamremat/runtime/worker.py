@@ -202,8 +202,7 @@ class Worker:
                 async with self._lock:
                     await self._recover_assigned()
             try:
-                # Fair rounds stay off: with them test_tune's worker stalls (issue 10 item 8).
-                fetched = await fetch_round(consumer, s.max_batch_records, fair=False)
+                fetched = await fetch_round(consumer, s.max_batch_records)
             except gaps.POSITION_ERRORS as exc:  # never reset: see runtime/gaps.py
                 async with self._lock:
                     await gaps.position_error(self._consumer, self.runners, exc,
@@ -274,11 +273,14 @@ class Worker:
         it (a worker frozen past its session timeout is fenced by the commit instead
         of writing a checkpoint for a partition it lost)."""
         self._last_commit = time.monotonic()
-        runners = [r for r in self.runners.values() if r.has_uncommitted]
+        # Also one idle since its last records committed while no checkpoint was due (the
+        # rest of a partial round): it commits its offset again (proves ownership).
+        runners = [r for r in self.runners.values() if r.has_uncommitted or r.checkpoint_lags()]
         if not runners:
             return
         started = time.monotonic()
-        await asyncio.gather(*(self._guard(r, r.commit(self._consumer)) for r in runners))
+        await asyncio.gather(*(self._guard(r, r.commit(self._consumer, prove_ownership=True))
+                               for r in runners))
         self.sensor.on_commit(time.monotonic() - started)
         for runner in runners:
             if self.runners.get(runner.tp) is runner and not runner.has_uncommitted:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 from streamremat import App, Count, Operator, Tumbling
@@ -22,8 +21,6 @@ PARTITIONS = 4
 PER_PARTITION = 12_000
 
 
-@pytest.mark.xfail(reason="fair rounds (runtime/fetching.py) are off in the worker: with them "
-                   "a worker stalled in test_tune; issue 10 item 8 is open", strict=False)
 async def test_backlog_progresses_on_every_partition(
     kafka_bootstrap: str, new_topic: Any, tmp_path: Path
 ) -> None:
