@@ -439,6 +439,8 @@ class PartitionRunner:
     # -- checkpoints ------------------------------------------------------------
 
     def checkpoint_due(self) -> bool:
+        """Whether a checkpoint is due now (live only). A query: it changes neither
+        this runner nor the tuner; ``checkpoint`` starts the next interval."""
         if self.phase is not Phase.LIVE:
             return False
         if self._checkpoint_soon:
@@ -494,6 +496,9 @@ class PartitionRunner:
             log.warning("%s[%d]: no checkpoint before this owner's first commit",
                         self.tp.topic, self.tp.partition)
             return
+        if not clean:
+            # A scheduled checkpoint: the policy's next interval starts now.
+            self.scheduler.start_interval(time.time())
         if self.position == self._checkpointed_at and not clean:
             self._last_checkpoint_mono = time.monotonic()
             return  # nothing new since the last checkpoint

@@ -128,7 +128,13 @@ class CheckpointScheduler:
         self.tuner.observe_ingest(now_s, records)
 
     def due(self, now_s: float, records_since: int, seconds_since: float) -> bool:
+        """Whether the policy wants a checkpoint now. A query: the tuner is unchanged."""
         return self.policy.should_checkpoint(now_s, records_since, seconds_since)
+
+    def start_interval(self, now_s: float) -> None:
+        """A scheduled checkpoint is taken now: the policy starts its next interval
+        (the adaptive one takes its tuner decision step here, once per checkpoint)."""
+        self.policy.start_interval(now_s)
 
     def checkpointed(self, now_s: float, cost_s: float, durable_latency_s: float,
                      size_bytes: int) -> None:

@@ -11,12 +11,17 @@ from streamremat.tuning.tuner import Tuner
 
 @runtime_checkable
 class IntervalPolicy(Protocol):
-    """Asked by the scheduler, after each batch, whether to checkpoint now."""
+    """Asked by the scheduler, after each batch, whether to checkpoint now; told
+    when a checkpoint starts a new interval."""
 
     def should_checkpoint(
         self, now_s: float, records_since_last: int, seconds_since_last: float
     ) -> bool:
-        """``True`` means: take a checkpoint now (the policy starts a new interval)."""
+        """Whether a checkpoint is due now. A query: asking twice changes nothing."""
+        ...
+
+    def start_interval(self, now_s: float) -> None:
+        """A checkpoint is taken now: the next interval starts (the only state change)."""
         ...
 
     def interval_s(self, now_s: float) -> float:
@@ -51,12 +56,16 @@ class FixedInterval:
             self.records is not None and records_since_last >= self.records
         )
 
+    def start_interval(self, now_s: float) -> None:
+        """Nothing to decide: every interval is the same."""
+
     def interval_s(self, now_s: float) -> float:
         return math.inf if self.seconds is None else self.seconds
 
 
 class AdaptiveInterval:
-    """The interval chosen by a ``Tuner``; one tuner decision step per checkpoint.
+    """The interval chosen by a ``Tuner``; one tuner decision step per checkpoint
+    (``start_interval``), none when asked whether one is due.
 
     ``tuner`` is public: after a restore, the runtime replaces it with
     ``Tuner.from_bytes(...)`` from the restored checkpoint.
@@ -70,11 +79,13 @@ class AdaptiveInterval:
     def should_checkpoint(
         self, now_s: float, records_since_last: int, seconds_since_last: float
     ) -> bool:
-        if seconds_since_last < self.interval_s(now_s):
-            return False
+        return seconds_since_last >= self.interval_s(now_s)
+
+    def start_interval(self, now_s: float) -> None:
+        """One tuner decision step: it chooses the interval that starts now."""
         self.tuner.next_interval(now_s)
-        return True
 
     def interval_s(self, now_s: float) -> float:
+        """The interval in force; before the first step, what the first would choose."""
         current = self.tuner.current_interval_s
-        return self.tuner.next_interval(now_s) if current is None else current
+        return self.tuner.decision(now_s).interval_s if current is None else current

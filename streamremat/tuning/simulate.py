@@ -310,6 +310,7 @@ class _Run:
         records = round(self.ingested - self.last_pos)
         if not self.policy.should_checkpoint(t, records, t - self.last_start_s):
             return
+        self.policy.start_interval(t)
         sc, noise = self.sc, self.noise
         cost = sc.checkpoint_cost_s.at(t) * noise.lognormvariate(0.0, sc.noise)
         latency = sc.durable_latency_s.at(t) * noise.lognormvariate(0.0, sc.noise)
