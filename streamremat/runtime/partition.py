@@ -4,11 +4,18 @@ A ``PartitionRunner`` moves through the phases of ``runtime/lifecycle.py``
 (RESTORING, REPLAYING, LIVE, then CLOSED, BACKOFF or FENCED), checked at each
 transition and reported to the sensor. Only LIVE emits outputs and commits;
 REPLAYING rebuilds state for offsets whose outputs were committed before (DESIGN §6).
+
+The runner holds the partition's lifecycle and runs its recovery protocol
+(``recover``); the pieces live next to it: restoring the stages from their
+checkpoints (``runtime/restoring.py``), outputs and the offset commit
+(``runtime/committing.py``), the checkpoint bookkeeping that feeds the tuner and
+its gauges (``runtime/tuner_feed.py``, ``runtime/scheduling.py``), checkpoint
+writes (``runtime/checkpointing.py``) and the recovery's log line and metrics
+(``runtime/recovery_report.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import logging
 import time
@@ -18,7 +25,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from streamremat.core.records import SourceRecord
-from streamremat.core.recovery import PartitionTasks, Restore, restore_task
+from streamremat.core.recovery import PartitionTasks
 from streamremat.core.repartition import Repartitioner
 from streamremat.core.task import Task
 from streamremat.core.topology import Stage
@@ -29,15 +36,21 @@ from streamremat.runtime.commit_meta import (
     decode_commit_metadata,
     encode_commit_metadata,
 )
+from streamremat.runtime.committing import PartitionCommitter
 from streamremat.runtime.gaps import check_restart
 from streamremat.runtime.lifecycle import Phase, check_transition
-from streamremat.runtime.outputs import BatchSender, OutRecord, to_records
-from streamremat.runtime.recovery_report import RecoveryReport, count_outputs
-from streamremat.runtime.scheduling import CheckpointScheduler, decode_meta, downtime_sample
+from streamremat.runtime.outputs import to_records
+from streamremat.runtime.recovery_report import (
+    RecoveryReport,
+    count_outputs,
+    report_recovered,
+    report_replay_progress,
+)
+from streamremat.runtime.restoring import restore_stages
+from streamremat.runtime.scheduling import CheckpointScheduler, downtime_sample
 from streamremat.runtime.settings import Guarantee, WorkerSettings
+from streamremat.runtime.tuner_feed import TunerFeed
 from streamremat.state.base import CheckpointStore
-from streamremat.state.frame import TaskId
-from streamremat.state.restore import newest_restore_point
 
 log = logging.getLogger("streamremat.worker")
 
@@ -70,10 +83,11 @@ class PartitionRunner:
         self.settings = settings
         self.group_id = group_id
         self.producer = producer
-        self.sender = BatchSender(producer)
+        self.committer = PartitionCommitter(producer, group_id, settings.guarantee)
         self.local = local
         self.replica = replica
         self.scheduler = scheduler
+        self.feed = TunerFeed(scheduler)
         self.retention_s = retention_s
         #: wall time the previous owner was last seen alive for this partition (its
         #: last commit or checkpoint), to measure the downtime after an unclean stop
@@ -92,17 +106,8 @@ class PartitionRunner:
                                          scheduler, sensor)
         self.committed: int | None = None
         self.report: RecoveryReport | None = None
-        self._pending: list[OutRecord] = []
-        self._futures: list[asyncio.Future[Any]] = []
-        self._in_txn = False
-        self._checkpoint_soon = False
-        self._last_checkpoint_mono = time.monotonic()
-        self._records_since_checkpoint = 0
         self._replay_started = 0.0
         self._replay_logged = 0.0
-        self._checkpointed_at = -1
-        self._last_checkpoint_wall = time.time()
-        self._last_highwater: int | None = None
         #: per operator, the stream time committed with ``self.committed``
         self._committed_stream_times: dict[str, int] = {}
 
@@ -129,8 +134,8 @@ class PartitionRunner:
            the producer was initialised, so a zombie's transaction can't commit any
            more).
         2. For every task, load the newest valid checkpoint from the local store
-           and the replica, whichever is further along; a task without one starts
-           empty at the partition's log start offset. This owner's seq epoch is
+           and the replica, whichever is further along (``restore_stages``); a task
+           without one starts empty at the partition's log start offset. This owner's seq epoch is
            above the committed one and every seq seen (``owner_epoch``); it is
            committed before the first checkpoint is written.
         3. ``c`` = the smallest task offset. A ``c`` below the log start offset, or
@@ -147,71 +152,14 @@ class PartitionRunner:
         committed, metadata = await fetch_committed(tp)
         commit_meta = decode_commit_metadata(metadata)
         self._committed_stream_times = commit_meta.stream_times
+        restored = await restore_stages(tp, self.stages, committed, log_start, self.local,
+                                        self.replica, self.sensor)
+        tasks, checkpoint_offsets, unclean = (restored.tasks, restored.checkpoint_offsets,
+                                              restored.unclean)
         alive_ms = [commit_meta.at_ms] if commit_meta.at_ms is not None else []
-        visible_next_seq = 0
-        task_ids: list[TaskId] = []
-        sources: set[str] = set()
-        notes: list[str] = []
-        unclean = False
-        checkpoint_offsets: list[int] = []
-        restored_meta = b""
-        tasks: list[Task | Repartitioner] = []
-        for stage in self.stages:
-            if stage.target is not None:
-                # Stateless: what it forwarded below the committed offset committed with it.
-                rep = Repartitioner(stage.operator, stage.target, tp.partition)
-                rep.next_offset = log_start if committed is None else committed
-                tasks.append(rep)
-                continue
-            op = stage.operator
-            task_id = TaskId(op.name, tp.topic, tp.partition)
-            choice = await newest_restore_point(task_id, self.local, self.replica)
-            task_ids.append(task_id)
-            visible_next_seq = max(visible_next_seq, choice.next_seq)
-            notes.extend(choice.notes)
-            for _ in choice.notes:
-                self.sensor.on_checkpoint_fallback(op.name, tp.partition, "fallback")
-            point = choice.point
-            restored = restore_task(
-                op, tp.partition, [f.payload for f in point.chain] if point else None,
-                point.offset if point else None, committed, log_start,
-            )
-            if restored.outcome is Restore.RESTORED:
-                assert point is not None
-                sources.add(choice.source or "?")
-                unclean = unclean or not point.clean
-                checkpoint_offsets.append(point.offset)
-                restored_meta = restored_meta or point.meta
-                wall_ms, _ = decode_meta(point.meta)
-                alive_ms.extend([wall_ms] if wall_ms is not None else [])
-            elif restored.outcome is Restore.BEYOND_COMMITTED:
-                assert point is not None
-                log.error(
-                    "%s: checkpoint offset %d is beyond the committed offset %d; its outputs "
-                    "were never committed, so it is discarded and state is rebuilt",
-                    task_id, point.offset, committed,
-                )
-            elif restored.outcome is Restore.REFUSED:
-                assert point is not None and restored.error is not None
-                log.error("%s: restoring checkpoint seq %d failed (%s); rebuilding from "
-                          "the log start", task_id, point.seq, restored.error)
-                self.sensor.on_checkpoint_fallback(op.name, tp.partition,
-                                                   type(restored.error).__name__)
-            if (
-                restored.outcome is not Restore.RESTORED
-                and committed is not None
-                and committed > log_start
-            ):
-                # Outputs were committed before, yet no checkpoint is usable: the
-                # state is rebuilt from what retention still has. Never silently.
-                log.warning(
-                    "%s: no valid checkpoint; rebuilding from the earliest retained "
-                    "offset %d (committed offset %d)", task_id, log_start, committed,
-                )
-                self.sensor.on_checkpoint_fallback(op.name, tp.partition, "earliest")
-            tasks.append(restored.task)
-        self.owner_epoch = owner_epoch(visible_next_seq, commit_meta.owner_epoch)
-        for task_id in task_ids:
+        alive_ms.extend(restored.alive_ms)
+        self.owner_epoch = owner_epoch(restored.visible_next_seq, commit_meta.owner_epoch)
+        for task_id in restored.task_ids:
             self.checkpointer.add_task(task_id, self.owner_epoch << EPOCH_BITS)
         self.previous_alive_s = max(alive_ms) / 1000 if alive_ms else None
         check_restart(self, tasks, committed, log_start, min(checkpoint_offsets, default=None))
@@ -223,10 +171,10 @@ class PartitionRunner:
             checkpoint_offset=min(checkpoint_offsets) if checkpoint_offsets else None,
             committed_offset=k,
             start_offset=start,
-            source="+".join(sorted(sources)) or None,
+            source="+".join(sorted(restored.sources)) or None,
             unclean=unclean,
             restore_s=time.monotonic() - started,
-            notes=tuple(notes),
+            notes=tuple(restored.notes),
         )
         for name in self.names:
             self.sensor.on_task_assigned(name, tp.partition)
@@ -234,7 +182,7 @@ class PartitionRunner:
                                    self.report.source or "none")
             if unclean:
                 self.sensor.on_failure_detected(name, tp.partition)
-        self.scheduler.restore(restored_meta, unclean, time.time(), self.retention_s)
+        self.scheduler.restore(restored.meta, unclean, time.time(), self.retention_s)
         self._restored_wall = time.time()
         self._replay_started = self._replay_logged = time.monotonic()
         if start >= k:
@@ -253,35 +201,11 @@ class PartitionRunner:
         report.replayed = self.replay_until - report.start_offset
         report.replay_s = time.monotonic() - self._replay_started
         self.to(Phase.LIVE)
-        self._checkpoint_soon = True
-        rate = report.replayed / report.replay_s if report.replay_s > 0 else 0.0
+        self.feed.checkpoint_soon = True
         downtime_s = self._downtime_s(report)
         self.scheduler.recovered(downtime_s, report.replayed, report.replay_s)
-        for name in self.names:
-            self.sensor.on_replay_progress(name, self.tp.partition, report.replayed,
-                                           report.replayed)
-            self.sensor.on_replay(name, self.tp.partition, report.replayed, report.replay_s)
-        # A group that never committed has no committed offset: say where it starts.
-        committed = (
-            f"committed offset {report.committed_offset}" if self.committed is not None
-            else f"committed offset none (new group, from offset {report.start_offset})"
-            if report.checkpoint_offset is None
-            else f"committed offset none (from checkpoint offset {report.start_offset})"
-        )
-        log.info(
-            "%s[%d]: recovered: checkpoint offset %s, %s, replayed %d records "
-            "in %.3f s (%.0f records/s), restore %.3f s from %s%s, downtime %.1f s",
-            self.tp.topic, self.tp.partition, report.checkpoint_offset, committed,
-            report.replayed, report.replay_s, rate, report.restore_s, report.source or "nothing",
-            " after an unclean stop" if report.unclean else "", downtime_s,
-            extra={
-                "event": "recovery", "topic": self.tp.topic, "partition": self.tp.partition,
-                "checkpoint_offset": report.checkpoint_offset,
-                "committed_offset": report.committed_offset, "replayed": report.replayed,
-                "replay_s": report.replay_s, "restore_s": report.restore_s,
-                "source": report.source, "unclean": report.unclean, "downtime_s": downtime_s,
-            },
-        )
+        report_recovered(self.sensor, self.names, self.tp, report, self.committed is not None,
+                         downtime_s)
 
     def _downtime_s(self, report: RecoveryReport) -> float:
         """D: from the failure until the state was restored (see ``downtime_sample``)."""
@@ -312,7 +236,7 @@ class PartitionRunner:
             live -= bisect.bisect_left(records, self.replay_until, key=lambda r: r.offset)
             self._go_live()
         partition = self.tp.partition
-        pending = self._pending
+        pending = self.committer.pending
         for task, out in outputs:
             if out.results or out.dead_letters or out.late or out.forwards or out.failed:
                 if isinstance(task, Repartitioner):
@@ -321,7 +245,7 @@ class PartitionRunner:
                 else:
                     pending.extend(to_records(task.operator, partition, out))
                     count_outputs(self.sensor, task.operator.name, partition, out)
-        self._records_since_checkpoint += live
+        self.feed.processed(live)
 
     @property
     def operator_names(self) -> list[str]:
@@ -348,34 +272,22 @@ class PartitionRunner:
             return
         self._replay_logged = now
         assert self.report is not None
-        done = self.position - self.report.start_offset
-        total = self.replay_until - self.report.start_offset
-        elapsed = now - self._replay_started
-        rate = done / elapsed if elapsed > 0 else 0.0
-        eta = (total - done) / rate if rate > 0 else float("inf")
-        for name in self.names:
-            self.sensor.on_replay_progress(name, self.tp.partition, done, total)
-        log.info(
-            "%s[%d]: replay %d/%d offsets, %.0f records/s, ETA %.1f s",
-            self.tp.topic, self.tp.partition, done, total, rate, eta,
-        )
+        report_replay_progress(self.sensor, self.names, self.tp,
+                               self.position - self.report.start_offset,
+                               self.replay_until - self.report.start_offset,
+                               now - self._replay_started)
 
     # -- commit -----------------------------------------------------------------
 
     async def flush(self) -> None:
         """Hand buffered outputs to the producer (inside the open transaction)."""
-        if not self._pending:
-            return
-        if self.settings.guarantee is Guarantee.EXACTLY_ONCE and not self._in_txn:
-            await self.producer.begin_transaction()
-            self._in_txn = True
-        pending, self._pending = self._pending, []
-        self._futures.extend(await self.sender.send(pending))
+        await self.committer.flush()
 
     @property
     def has_uncommitted(self) -> bool:
         return self.phase is Phase.LIVE and (
-            self._in_txn or bool(self._pending) or self.position != self.committed
+            self.committer.in_txn or bool(self.committer.pending)
+            or self.position != self.committed
         )
 
     async def commit(self, consumer: Any, prove_ownership: bool = False) -> bool:
@@ -391,7 +303,7 @@ class PartitionRunner:
             await self.flush()
             # Every output must be acknowledged before the commit: aiokafka may end a
             # transaction while a batch waits to be retried, and that batch would be lost.
-            await asyncio.gather(*self._futures)
+            await self.committer.acked()
             stream_times = self.partition_tasks.stream_times()
             offset, metadata = self.position, self._commit_metadata(stream_times)
         elif (
@@ -404,17 +316,7 @@ class PartitionRunner:
             metadata = self._commit_metadata(stream_times)
         else:
             return False
-        offsets = {self.tp: (offset, metadata)}
-        if self.settings.guarantee is Guarantee.EXACTLY_ONCE:
-            if not self._in_txn:
-                await self.producer.begin_transaction()
-                self._in_txn = True
-            await self.producer.send_offsets_to_transaction(offsets, self.group_id)
-            await self.producer.commit_transaction()
-            self._in_txn = False
-        else:
-            await consumer.commit(offsets)
-        self._futures.clear()
+        await self.committer.commit(consumer, self.tp, offset, metadata)
         self.committed = offset
         self._committed_stream_times = stream_times
         self._epoch_committed = True
@@ -427,62 +329,36 @@ class PartitionRunner:
 
     async def abort(self) -> None:
         """Drop the open transaction (its outputs are never seen by readers)."""
-        self._pending.clear()
-        self._futures.clear()
-        if self._in_txn:
-            self._in_txn = False
-            try:
-                await self.producer.abort_transaction()
-            except Exception as exc:  # fenced or gone: nothing to abort
-                log.debug("abort failed: %s", exc)
+        await self.committer.abort()
 
     # -- checkpoints ------------------------------------------------------------
 
     def checkpoint_due(self) -> bool:
         """Whether a checkpoint is due now (live only). A query: it changes neither
         this runner nor the tuner; ``checkpoint`` starts the next interval."""
-        if self.phase is not Phase.LIVE:
-            return False
-        if self._checkpoint_soon:
-            return True
-        return self.scheduler.due(
-            time.time(), self._records_since_checkpoint,
-            time.monotonic() - self._last_checkpoint_mono,
-        )
+        return self.phase is Phase.LIVE and self.feed.due()
 
     def checkpoint_lags(self) -> bool:
         """Due, all committed, yet the newest checkpoint is below the committed offset
         (without new records, nothing else would checkpoint it)."""
-        return not self.has_uncommitted and self._checkpointed_at != self.position and (
+        return not self.has_uncommitted and self.feed.checkpointed_at != self.position and (
             self.checkpoint_due()
         )
 
     def batch_done(self, records: int, busy_s: float, backlogged: bool) -> None:
-        self.scheduler.batch(records, busy_s, backlogged)
+        self.feed.batch_done(records, busy_s, backlogged)
 
     def observe_source(self, highwater: int | None) -> None:
         """Feed the tuner the source's growth since the last call (its ingest rate r)."""
-        if highwater is not None:
-            if self._last_highwater is not None:
-                self.scheduler.source_grew(time.time(), max(0, highwater - self._last_highwater))
-            self._last_highwater = highwater
+        self.feed.observe_source(highwater)
 
     def report_gauges(self, highwater: int | None) -> None:
         """Periodic gauges: lag, checkpoint age and the tuner's reasoning (reads only)."""
-        p = self.tp.partition
-        age = time.time() - self._last_checkpoint_wall
-        decision = self.scheduler.decision(time.time(), age, self._backlog(highwater))
-        for name in self.names:
-            if highwater is not None:
-                self.sensor.on_lag(name, p, max(0, highwater - self.position))
-            self.sensor.on_checkpoint_age(name, p, age)
-            self.sensor.on_tuner(name, p, decision)
+        self.feed.report_gauges(self.sensor, self.names, self.tp.partition, self.position,
+                                highwater, self._restored_offset())
 
-    def _backlog(self, highwater: int | None) -> int | None:
-        """Records a replay would read on a failure now: newest checkpoint to the end."""
-        restored = self.report.start_offset if self.report is not None else self.position
-        start = self._checkpointed_at if self._checkpointed_at >= 0 else restored
-        return None if highwater is None else max(0, highwater - start)
+    def _restored_offset(self) -> int:
+        return self.report.start_offset if self.report is not None else self.position
 
     async def checkpoint(self, clean: bool = False) -> None:
         """Checkpoint every task of the partition, when its outputs are committed:
@@ -499,20 +375,12 @@ class PartitionRunner:
         if not clean:
             # A scheduled checkpoint: the policy's next interval starts now.
             self.scheduler.start_interval(time.time())
-        if self.position == self._checkpointed_at and not clean:
-            self._last_checkpoint_mono = time.monotonic()
+        if self.position == self.feed.checkpointed_at and not clean:
+            self.feed.checkpoint_skipped()
             return  # nothing new since the last checkpoint
         await self.checkpointer.write(self.tasks, self.position, clean)
-        self._checkpoint_soon = False
-        self._checkpointed_at = self.position
-        self._last_checkpoint_mono = time.monotonic()
-        self._last_checkpoint_wall = time.time()
-        self._records_since_checkpoint = 0
-        decision = self.scheduler.decision(time.time(), 0.0, self._backlog(self._last_highwater))
-        log.info("%s[%d]: tuner: %s", self.tp.topic, self.tp.partition, decision.explain(),
-                 extra={"event": "tuner", "interval_s": decision.interval_s,
-                        "bound": decision.active_bound.name.lower(),
-                        "predicted_recovery_s": decision.predicted_recovery_s})
+        self.feed.checkpoint_written(f"{self.tp.topic}[{self.tp.partition}]", self.position,
+                                     self._restored_offset())
 
     async def drain_replica(self, timeout_s: float) -> None:
         """Wait for background replica writes (on revocation and shutdown)."""

@@ -3,11 +3,17 @@ output metrics of a processed batch."""
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from aiokafka import TopicPartition
 
 from streamremat.core.records import BatchOutput
 from streamremat.metrics.sensor import Sensor
+
+log = logging.getLogger("streamremat.worker")
 
 
 @dataclass
@@ -23,6 +29,50 @@ class RecoveryReport:
     notes: tuple[str, ...] = ()
     replayed: int = 0
     replay_s: float = 0.0
+
+
+def report_recovered(sensor: Sensor, names: Sequence[str], tp: TopicPartition,
+                     report: RecoveryReport, committed_known: bool, downtime_s: float) -> None:
+    """The metrics and the log line of a finished recovery (now live).
+    ``committed_known``: the group had a committed offset for the partition."""
+    for name in names:
+        sensor.on_replay_progress(name, tp.partition, report.replayed, report.replayed)
+        sensor.on_replay(name, tp.partition, report.replayed, report.replay_s)
+    rate = report.replayed / report.replay_s if report.replay_s > 0 else 0.0
+    # A group that never committed has no committed offset: say where it starts.
+    committed = (
+        f"committed offset {report.committed_offset}" if committed_known
+        else f"committed offset none (new group, from offset {report.start_offset})"
+        if report.checkpoint_offset is None
+        else f"committed offset none (from checkpoint offset {report.start_offset})"
+    )
+    log.info(
+        "%s[%d]: recovered: checkpoint offset %s, %s, replayed %d records "
+        "in %.3f s (%.0f records/s), restore %.3f s from %s%s, downtime %.1f s",
+        tp.topic, tp.partition, report.checkpoint_offset, committed,
+        report.replayed, report.replay_s, rate, report.restore_s, report.source or "nothing",
+        " after an unclean stop" if report.unclean else "", downtime_s,
+        extra={
+            "event": "recovery", "topic": tp.topic, "partition": tp.partition,
+            "checkpoint_offset": report.checkpoint_offset,
+            "committed_offset": report.committed_offset, "replayed": report.replayed,
+            "replay_s": report.replay_s, "restore_s": report.restore_s,
+            "source": report.source, "unclean": report.unclean, "downtime_s": downtime_s,
+        },
+    )
+
+
+def report_replay_progress(sensor: Sensor, names: Sequence[str], tp: TopicPartition,
+                           done: int, total: int, elapsed_s: float) -> None:
+    """A replay's progress: ``done`` of ``total`` offsets in ``elapsed_s``."""
+    rate = done / elapsed_s if elapsed_s > 0 else 0.0
+    eta = (total - done) / rate if rate > 0 else float("inf")
+    for name in names:
+        sensor.on_replay_progress(name, tp.partition, done, total)
+    log.info(
+        "%s[%d]: replay %d/%d offsets, %.0f records/s, ETA %.1f s",
+        tp.topic, tp.partition, done, total, rate, eta,
+    )
 
 
 def count_outputs(sensor: Sensor, name: str, partition: int, out: BatchOutput) -> None:

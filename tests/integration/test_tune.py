@@ -49,7 +49,7 @@ async def _run_until_checkpointed(worker: Worker, bootstrap: str, source: str) -
         assert time.monotonic() < deadline, "no checkpoint at the end offsets in time"
         runners = list(worker.runners.values())
         if len(runners) == PARTITIONS and all(
-            r._checkpointed_at == ends[r.tp.partition] for r in runners
+            r.feed.checkpointed_at == ends[r.tp.partition] for r in runners
         ):
             return task
         await asyncio.sleep(0.2)

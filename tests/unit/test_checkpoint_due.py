@@ -34,7 +34,7 @@ def test_checkpoint_due_twice_gives_the_same_answer_and_leaves_the_tuner_alone(
     runner = _live_runner(tmp_path)
     tuner = runner.scheduler.tuner
     for seconds_since in (1.0, 1000.0):  # not due yet, then long overdue
-        runner._last_checkpoint_mono = time.monotonic() - seconds_since
+        runner.feed.last_checkpoint_mono = time.monotonic() - seconds_since
         before = tuner.to_bytes()
         answers = [runner.checkpoint_due(), runner.checkpoint_due()]
         assert answers[0] == answers[1] == (seconds_since > 5.0)

@@ -56,16 +56,15 @@ class FaustPartition(PartitionRunner):
         partition = self.tp.partition
         for task, out in outputs:
             if out.results or out.dead_letters or out.late:
-                self._pending.extend(result_records(task.operator, partition, out))
+                self.committer.pending.extend(result_records(task.operator, partition, out))
                 count_outputs(self.sensor, task.operator.name, partition, out)
-        self._records_since_checkpoint += live
+        self.feed.processed(live)
 
     async def deliver(self) -> None:
         """Send the batch's outputs and wait until Kafka has them all: only then
         may faust ack (and so commit) the input events."""
         await self.flush()
-        futures, self._futures = self._futures, []
-        await asyncio.gather(*futures)
+        await self.committer.acked()
 
     def committed_at(self, offset: int | None) -> None:
         """faust committed ``offset`` for this partition."""

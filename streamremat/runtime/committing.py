@@ -1,0 +1,75 @@
+"""A partition's outputs on their way to Kafka, and the commit of its offset.
+
+Exactly-once: outputs go into the partition's transaction, the offset joins it,
+then it commits. At-least-once: every output is awaited, then the consumer
+commits the offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from streamremat.runtime.outputs import BatchSender, OutRecord
+from streamremat.runtime.settings import Guarantee
+
+log = logging.getLogger("streamremat.worker")
+
+
+class PartitionCommitter:
+    """Buffers a partition's outputs, sends them, and commits them with its offset."""
+
+    def __init__(self, producer: Any, group_id: str, guarantee: Guarantee) -> None:
+        self.producer = producer
+        self.sender = BatchSender(producer)
+        self.group_id = group_id
+        self.guarantee = guarantee
+        self.pending: list[OutRecord] = []
+        self._futures: list[asyncio.Future[Any]] = []
+        self.in_txn = False
+
+    async def _begin(self) -> None:
+        if not self.in_txn:
+            await self.producer.begin_transaction()
+            self.in_txn = True
+
+    async def flush(self) -> None:
+        """Hand buffered outputs to the producer (inside the open transaction)."""
+        if not self.pending:
+            return
+        if self.guarantee is Guarantee.EXACTLY_ONCE:
+            await self._begin()
+        pending, self.pending = self.pending, []
+        self._futures.extend(await self.sender.send(pending))
+
+    async def acked(self) -> None:
+        """Wait until Kafka has every output sent so far."""
+        futures, self._futures = self._futures, []
+        await asyncio.gather(*futures)
+
+    async def commit(self, consumer: Any, tp: TopicPartition, offset: int,
+                     metadata: str) -> None:
+        """Commit ``offset`` (with ``metadata``) and the outputs sent before it."""
+        offsets = {tp: (offset, metadata)}
+        if self.guarantee is Guarantee.EXACTLY_ONCE:
+            await self._begin()
+            await self.producer.send_offsets_to_transaction(offsets, self.group_id)
+            await self.producer.commit_transaction()
+            self.in_txn = False
+        else:
+            await consumer.commit(offsets)
+        self._futures.clear()
+
+    async def abort(self) -> None:
+        """Drop the open transaction (its outputs are never seen by readers)."""
+        self.pending.clear()
+        self._futures.clear()
+        if self.in_txn:
+            self.in_txn = False
+            try:
+                await self.producer.abort_transaction()
+            except Exception as exc:  # fenced or gone: nothing to abort
+                log.debug("abort failed: %s", exc)
