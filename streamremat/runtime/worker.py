@@ -124,29 +124,29 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.add_signal_handler(sig, self.stop)
-        tuned_gc = False
+        tuned_gc = self.settings.tune_gc
+        if tuned_gc:  # undone in the finally below, even when _start or _shutdown fails
+            gc_tuning.start()
         try:
             await self._start()
-            if self.settings.tune_gc:
-                gc_tuning.start()
-                tuned_gc = True
             await self._loop()
         except WorkerError as exc:
             log.error("%s", exc)
             self._fatal = exc
         except AUTHORIZATION_ERRORS as exc:  # e.g. the group, raised by the consumer
-            self._fatal = KafkaAccessError(
-                access_denied(exc, self.settings.client, "consuming the sources")
-            )
+            denied = access_denied(exc, self.settings.client, "consuming the sources")
+            self._fatal = KafkaAccessError(denied)
             log.error("%s", self._fatal)
         except Exception as exc:  # a bug, not bad input (that goes to the dead letters)
             log.exception("internal error: %r; stopping without committing or checkpointing "
                           "the failed batch", exc)
             self._fatal = exc
         finally:
-            clean = await self._shutdown()
-            if tuned_gc:
-                gc_tuning.stop()
+            try:
+                clean = await self._shutdown()
+            finally:
+                if tuned_gc:
+                    gc_tuning.stop()
         if self._fatal is not None:
             return 2 if isinstance(self._fatal, WorkerError) else 3
         return 0 if clean else 1

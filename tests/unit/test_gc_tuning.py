@@ -12,12 +12,16 @@ from streamremat.runtime import gc_tuning
 
 @pytest.fixture(autouse=True)
 def _restore_gc() -> Iterator[None]:
+    # A worker an earlier test left running in this process may still hold the tuning.
+    saved_users = gc_tuning._users
+    gc_tuning._users = 0
     before = gc.get_threshold()
     yield
     while gc_tuning._users:
         gc_tuning.stop()
     gc.unfreeze()
     gc.set_threshold(*before)
+    gc_tuning._users = saved_users
 
 
 def test_start_raises_the_young_threshold_and_freezes_state() -> None:
