@@ -296,8 +296,10 @@ class DevBroker:
         tool = [java, "-cp", classpath, f"-Dlog4j.configuration=file:{cfg.log4j_file}"]
         tool.append("kafka.tools.StorageTool")
         cluster_id = cfg.cluster_id or _run_checked([*tool, "random-uuid"]).strip().splitlines()[-1]
-        _run_checked([*tool, "format", "-t", cluster_id, "-c", str(cfg.properties_file),
-                      *cfg.format_args])
+        # "--cluster-id=": a random id may start with "-", which the tool would
+        # otherwise read as an option (seen in CI: "expected one argument").
+        _run_checked([*tool, "format", f"--cluster-id={cluster_id}",
+                      "-c", str(cfg.properties_file), *cfg.format_args])
 
     def _launch(self, java: str, classpath: str) -> int:
         cfg = self.config
