@@ -39,13 +39,16 @@ from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.metrics import MetricWrapperBase
 
+from streamremat.metrics.remat import RematMetrics
 from streamremat.metrics.sensor import (
     BOUNDS,
     E2E_LATENCY_BUCKETS_S,
     PARTITION_STATES,
     LatencyBatch,
+    RematPlanLike,
     Sensor,
     TunerDecisionLike,
+    read_remat_plan,
     read_tuner_decision,
 )
 
@@ -244,6 +247,7 @@ class PrometheusSensor(Sensor):
         self._tuner = {field: gauge(name, doc) for field, (name, doc) in _TUNER_GAUGES.items()}
         self._bound = gauge("tuner_bound", "1 for the bound that set the interval.", "bound")
         self._infeasible = gauge("rto_infeasible", "1 when no interval >= T_min can meet the RTO.")
+        self._remat = RematMetrics(counter, gauge)
         # Lifecycle and health.
         self._state = gauge(
             "partition_state", "1 for the partition's lifecycle state (restoring, replaying, "
@@ -323,6 +327,7 @@ class PrometheusSensor(Sensor):
                 self._failures,
                 self._gap_offsets,
                 self._missing_commits,
+                self._remat.saved_bytes,
             ):
                 task.child(metric)
         return task
@@ -448,3 +453,6 @@ class PrometheusSensor(Sensor):
                 task.child(self._bound, bound).set(1 if bound == reading.bound else 0)
         if reading.rto_infeasible is not None:
             task.child(self._infeasible).set(1 if reading.rto_infeasible else 0)
+
+    def on_remat_plan(self, operator: str, partition: int, plan: RematPlanLike) -> None:
+        self._remat.report(self._task(operator, partition).child, read_remat_plan(plan))

@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import enum
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, Protocol
 
 __all__ = [
     "BOUNDS",
     "E2E_LATENCY_BUCKETS_S",
     "PARTITION_STATES",
+    "REMAT_FORCED_REASONS",
     "LatencyBatch",
+    "RematPlanLike",
+    "RematReading",
     "Sensor",
     "TunerDecisionLike",
     "TunerReading",
+    "read_remat_plan",
     "read_tuner_decision",
 ]
 
@@ -51,6 +55,14 @@ PARTITION_STATES: Final[tuple[str, ...]] = ("restoring", "replaying", "live", "b
 
 # Which term of `clamp(min(T*, T_rto, T_retention), T_min, T_max)` set the interval.
 BOUNDS: Final[tuple[str, ...]] = ("optimum", "rto", "retention", "min", "max", "fixed")
+
+
+# Constraints that force the planner to store a window group (tuning/remat.py
+# ``FORCED``, by ``Reason`` member name in lower case); a fixed vocabulary, so
+# every reason's series exists (at 0) once a task reports a plan.
+REMAT_FORCED_REASONS: Final[tuple[str, ...]] = (
+    "requested_store", "unknown_offset", "retention", "rto", "no_replay_rate",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +186,67 @@ def read_tuner_decision(decision: TunerDecisionLike) -> TunerReading:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class RematReading:
+    """One checkpoint's rematerialization plan as the metrics see it."""
+
+    groups_stored: int
+    groups_recomputed: int
+    bytes_stored: int
+    bytes_saved: int
+    extra_replay_records: int
+    extra_replay_s: float
+    #: groups stored because a constraint forced it, by `REMAT_FORCED_REASONS` label
+    forced: Mapping[str, int]
+
+
+class _GroupLike(Protocol):
+    @property
+    def store(self) -> bool: ...
+
+
+class RematPlanLike(Protocol):
+    """What metrics read of a `streamremat.tuning.remat.RematPlan` (they import
+    no tuner code)."""
+
+    @property
+    def groups(self) -> Sequence[_GroupLike]: ...
+    @property
+    def bytes_stored(self) -> int: ...
+    @property
+    def bytes_saved(self) -> int: ...
+    @property
+    def extra_replay_records(self) -> int: ...
+    @property
+    def extra_replay_s(self) -> float: ...
+    def forced(self) -> Mapping[Any, int]: ...
+
+
+def _reason_label(reason: object) -> str:
+    raw = reason.name if isinstance(reason, enum.Enum) else str(reason)
+    label = raw.lower()
+    if label not in REMAT_FORCED_REASONS:
+        raise ValueError(f"remat reason {reason!r} is not one of {', '.join(REMAT_FORCED_REASONS)}")
+    return label
+
+
+def read_remat_plan(plan: RematPlanLike) -> RematReading:
+    """Normalise a `RematPlan`: counts per choice and per forcing constraint."""
+    stored = sum(1 for g in plan.groups if g.store)
+    forced: dict[str, int] = dict.fromkeys(REMAT_FORCED_REASONS, 0)
+    for reason, n in plan.forced().items():
+        forced[_reason_label(reason)] += n
+    return RematReading(
+        groups_stored=stored,
+        groups_recomputed=len(plan.groups) - stored,
+        bytes_stored=plan.bytes_stored,
+        bytes_saved=plan.bytes_saved,
+        extra_replay_records=plan.extra_replay_records,
+        extra_replay_s=plan.extra_replay_s,
+        forced=forced,
+    )
+
+
 class Sensor:
     """Runtime hooks. Every method is a no-op here; implementations override what they need.
 
@@ -266,3 +339,7 @@ class Sensor:
     # Tuner.
     def on_tuner(self, operator: str, partition: int, decision: TunerDecisionLike) -> None:
         """A tuner decision: a Mapping or an object; see `read_tuner_decision`."""
+
+    def on_remat_plan(self, operator: str, partition: int, plan: RematPlanLike) -> None:
+        """The rematerialization plan a checkpoint of the task was written with
+        (`streamremat.tuning.remat.RematPlan`; see `read_remat_plan`)."""

@@ -6,11 +6,35 @@ plausible figures, so a registry exports every metric family at least once.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from prometheus_client import CollectorRegistry
 
 from streamremat.metrics.sensor import Sensor
 
 __all__ = ["exercise_every_hook", "exported_sample_names"]
+
+
+@dataclass(frozen=True)
+class _Group:
+    store: bool
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A plan of the shape of `streamremat.tuning.remat.RematPlan` (metrics import
+    no tuner code): 3 groups stored (one forced by retention, one by the RTO),
+    2 recomputed."""
+
+    groups: tuple[_Group, ...] = (_Group(True),) * 3 + (_Group(False),) * 2
+    bytes_stored: int = 40_000
+    bytes_saved: int = 2_500_000
+    extra_replay_records: int = 60_000
+    extra_replay_s: float = 3.0
+
+    def forced(self) -> Mapping[str, int]:
+        return {"RETENTION": 1, "RTO": 1}
 
 
 def exercise_every_hook(sensor: Sensor, operator: str = "counts", partition: int = 0) -> None:
@@ -59,6 +83,7 @@ def exercise_every_hook(sensor: Sensor, operator: str = "counts", partition: int
             "rto_s": 60.0,
         },
     )
+    sensor.on_remat_plan(operator, partition, _Plan())
 
 
 def exported_sample_names(registry: CollectorRegistry) -> set[str]:

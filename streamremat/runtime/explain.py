@@ -4,6 +4,13 @@ Reads each task's newest checkpoint (the tuner's state travels inside it), from
 the local state directory and, unless ``--no-replica``, the compacted checkpoint
 topic, and prints the tuner's decision in the words of the worker's tuner log
 line (``streamremat.tuning.report.describe``), under the policy the flags give.
+
+The rematerialization plan shown is the one the newest checkpoint was written
+with: the worker puts its summary into that checkpoint (``scheduling.with_plan``),
+so ``tune`` says what a recovery from it will replay, in the worker's own
+figures. Re-planning offline could not: a recompute window's bytes are not in
+the checkpoint (that is the point), and the plan depends on the window sizes
+and rates at the moment of the checkpoint.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from streamremat.core.operator import App
 from streamremat.core.topology import StageKind, compile_app
 from streamremat.runtime.access import check_connection
 from streamremat.runtime.kafka import end_offsets, retention_s, topic_config
-from streamremat.runtime.scheduling import CheckpointScheduler, decode_meta
+from streamremat.runtime.scheduling import CheckpointScheduler, decode_meta, decode_plan
 from streamremat.runtime.settings import WorkerSettings
 from streamremat.state.base import CheckpointStore
 from streamremat.state.frame import TaskId
@@ -24,7 +31,8 @@ from streamremat.state.kafka import KafkaCheckpointStore
 from streamremat.state.restore import newest_restore_point
 from streamremat.state.rocksdb import RocksDBCheckpointStore
 from streamremat.tuning import TunerDecision
-from streamremat.tuning.report import describe, seconds
+from streamremat.tuning.plan_summary import PlanSummary
+from streamremat.tuning.report import describe, describe_plan, seconds
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,8 @@ class TaskExplanation:
     source: str | None
     decision: TunerDecision | None
     end_offset: int | None = None
+    #: the rematerialization plan the checkpoint was written with (None: before plans)
+    plan: PlanSummary | None = None
 
 
 async def _open_stores(
@@ -120,9 +130,8 @@ async def explain_app(
                     scheduler, point.meta, point.offset, ends[p], retention,
                     time.time() if now_s is None else now_s,
                 )
-                out.append(
-                    TaskExplanation(task, point.offset, age, choice.source, decision, ends[p])
-                )
+                out.append(TaskExplanation(task, point.offset, age, choice.source, decision,
+                                           ends[p], decode_plan(point.meta)))
     finally:
         for store in (local, replica):
             if store is not None:
@@ -152,5 +161,7 @@ def format_explanations(rows: list[TaskExplanation]) -> str:
             lines.append("    no tuner state in this checkpoint")
             continue
         lines += [f"    {line}" for line in describe(d)]
+        if row.plan is not None:
+            lines.append(f"    {describe_plan(row.task.operator, row.plan)}")
     return "\n".join(lines)
 

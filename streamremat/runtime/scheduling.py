@@ -15,24 +15,63 @@ import struct
 from streamremat.runtime.settings import CheckpointSettings
 from streamremat.tuning import AdaptiveInterval, FixedInterval, Tuner, TunerConfig, TunerDecision
 from streamremat.tuning.exceptions import TunerStateError
+from streamremat.tuning.plan_summary import PlanSummary
 from streamremat.tuning.policy import IntervalPolicy
 
 log = logging.getLogger("streamremat.worker")
 
 _META_MAGIC = b"SRM1"
+_META_PLAN_MAGIC = b"SRM2"  # SRM1's head, then the tuner state's length, it, a plan summary
 _META_HEAD = struct.Struct(">4sq")  # magic, wall time of the checkpoint in ms
+_TUNER_LEN = struct.Struct(">I")
 
 
 def encode_meta(wall_ms: int, tuner_state: bytes) -> bytes:
     return _META_HEAD.pack(_META_MAGIC, wall_ms) + tuner_state
 
 
+def with_plan(meta: bytes, plan: PlanSummary | None) -> bytes:
+    """``meta`` (from ``encode_meta``) carrying one task's plan summary as well:
+    the plan its checkpoint was written with, for ``streamremat tune``."""
+    if plan is None or meta[:4] != _META_MAGIC:
+        return meta
+    wall_ms, state = decode_meta(meta)
+    assert wall_ms is not None
+    return (_META_HEAD.pack(_META_PLAN_MAGIC, wall_ms) + _TUNER_LEN.pack(len(state)) + state
+            + plan.to_bytes())
+
+
+def _split(meta: bytes) -> tuple[int | None, bytes, bytes]:
+    if len(meta) < _META_HEAD.size or meta[:4] not in (_META_MAGIC, _META_PLAN_MAGIC):
+        return None, b"", b""
+    _, wall_ms = _META_HEAD.unpack_from(meta)
+    rest = meta[_META_HEAD.size :]
+    if meta[:4] == _META_MAGIC:
+        return wall_ms, rest, b""
+    if len(rest) < _TUNER_LEN.size:
+        return wall_ms, b"", b""
+    (n,) = _TUNER_LEN.unpack_from(rest)
+    body = rest[_TUNER_LEN.size :]
+    return wall_ms, body[:n], body[n:]
+
+
 def decode_meta(meta: bytes) -> tuple[int | None, bytes]:
     """(checkpoint wall time in ms, tuner state); (None, b"") for foreign or empty meta."""
-    if len(meta) < _META_HEAD.size or meta[:4] != _META_MAGIC:
-        return None, b""
-    _, wall_ms = _META_HEAD.unpack_from(meta)
-    return wall_ms, meta[_META_HEAD.size :]
+    wall_ms, state, _ = _split(meta)
+    return wall_ms, state
+
+
+def decode_plan(meta: bytes) -> PlanSummary | None:
+    """The plan summary ``with_plan`` put in ``meta``; None if it holds none or an
+    unreadable one (a checkpoint from before plans, or a newer format)."""
+    _, _, plan = _split(meta)
+    if not plan:
+        return None
+    try:
+        return PlanSummary.from_bytes(plan)
+    except TunerStateError as exc:
+        log.warning("plan summary in the checkpoint is unreadable (%s)", exc)
+        return None
 
 
 #: A sample of D is plausible up to this many (session timeout + commit interval)

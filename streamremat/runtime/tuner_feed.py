@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 from streamremat.metrics.sensor import Sensor
 from streamremat.runtime.scheduling import CheckpointScheduler
+from streamremat.tuning.plan_summary import PlanSummary
+from streamremat.tuning.remat import RematPlan
+from streamremat.tuning.report import describe_plan
 
 log = logging.getLogger("streamremat.worker")
 
@@ -74,8 +78,13 @@ class TunerFeed:
         """A checkpoint was due but nothing changed since the last one: a new interval."""
         self.last_checkpoint_mono = time.monotonic()
 
-    def checkpoint_written(self, where: str, position: int, restored: int) -> None:
-        """A checkpoint at ``position`` was written: a new interval; log the tuner."""
+    def checkpoint_written(self, where: str, position: int, restored: int,
+                           plans: Mapping[str, RematPlan] | None = None,
+                           sensor: Sensor | None = None, partition: int = -1) -> None:
+        """A checkpoint at ``position`` was written: a new interval; log the tuner
+        and, per operator, the rematerialization plan it was written with
+        (``plans``, by operator name; also reported to ``sensor``), in the words
+        ``streamremat tune`` uses."""
         self.checkpoint_soon = False
         self.checkpointed_at = position
         self.last_checkpoint_mono = time.monotonic()
@@ -83,7 +92,12 @@ class TunerFeed:
         self.records_since_checkpoint = 0
         decision = self.scheduler.decision(time.time(), 0.0,
                                            self.backlog(self.last_highwater, restored))
-        log.info("%s: tuner: %s", where, decision.explain(),
+        words = decision.explain()
+        for name, plan in sorted((plans or {}).items()):
+            words += " | " + describe_plan(name, PlanSummary.of(plan))
+            if sensor is not None:
+                sensor.on_remat_plan(name, partition, plan)
+        log.info("%s: tuner: %s", where, words,
                  extra={"event": "tuner", "interval_s": decision.interval_s,
                         "bound": decision.active_bound.name.lower(),
                         "predicted_recovery_s": decision.predicted_recovery_s})

@@ -7,6 +7,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from streamremat.tuning.plan_summary import PlanSummary
     from streamremat.tuning.tuner import TunerDecision
 
 
@@ -26,6 +27,33 @@ def _ratio(x: float) -> str:
 
 def _records(x: float | None) -> str:
     return "n/a" if x is None else f"{x:,.0f}"
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def describe_plan(operator: str, p: PlanSummary) -> str:
+    """One checkpoint's rematerialization plan for ``operator``, in one sentence:
+    what it stores and recomputes, the bytes saved, the extra replay a recovery
+    from it reads (records and seconds at the measured replay rate), and how many
+    stores each constraint forced (the rest were cheaper to store)."""
+    extra = (
+        f"a recovery replays {p.extra_replay_records:,} extra records from offset "
+        f"{p.replay_from:,} ({seconds(p.extra_replay_s)})"
+        if p.extra_replay_records else "no extra replay"
+    )
+    forced = ", ".join(f"{n} {reason.value}" for reason, n in
+                       sorted(p.forced.items(), key=lambda i: i[0].name) if n)  # fmt: skip
+    return (
+        f"rematerialize {operator}: store {p.groups_stored} window group(s) "
+        f"({_bytes(p.bytes_stored)}), recompute {p.groups_recomputed} "
+        f"({_bytes(p.bytes_saved)} saved); {extra}; stores forced by: {forced or 'nothing'}"
+        f" ({p.cheaper_to_store} cheaper to store)"
+    )
 
 
 def describe(d: TunerDecision) -> list[str]:

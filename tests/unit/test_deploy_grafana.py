@@ -19,8 +19,8 @@ from streamremat.metrics.testing import exercise_every_hook, exported_sample_nam
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "deploy" / "grafana"
-ROWS = ["Overview", "Throughput and lag", "Checkpoints", "Recovery and tuner", "Bad input",
-        "Health"]
+ROWS = ["Overview", "Throughput and lag", "Checkpoints", "Recovery and tuner", "Rematerialization",
+        "Bad input", "Health"]
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +139,20 @@ def test_provisioning_points_at_the_mounted_dashboards() -> None:
     source = yaml.safe_load((GRAFANA / "provisioning/datasources/prometheus.yml").read_text())
     assert source["datasources"][0]["url"] == "http://prometheus:9090"
     assert "prometheus" in compose["services"]
+
+
+def test_rematerialization_row_shows_the_plan(
+    dashboard: dict[str, Any], exported: set[str]
+) -> None:
+    """Every remat series sits under its row, and the forced stores are split by reason."""
+    rows = [p for p in dashboard["panels"] if p["type"] == "row"]
+    row = next(r for r in rows if r["title"] == "Rematerialization")
+    below = min(r["gridPos"]["y"] for r in rows if r["gridPos"]["y"] > row["gridPos"]["y"])
+    inside = [p for p in panels(dashboard) if row["gridPos"]["y"] < p["gridPos"]["y"] < below]
+    shown = set().union(*(metric_names(t["expr"]) for p in inside for t in p["targets"]))
+    remat = {re.sub(r"_total$", "", n) for n in exported if n.startswith("streamremat_remat_")
+             and not n.endswith("_created")}  # fmt: skip
+    assert remat and remat <= {re.sub(r"_total$", "", n) for n in shown}
+    forced = [t["expr"] for p in inside for t in p["targets"]
+              if "streamremat_remat_forced_stores" in t["expr"]]  # fmt: skip
+    assert forced and all("by (reason)" in e for e in forced)

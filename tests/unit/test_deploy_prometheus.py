@@ -22,6 +22,7 @@ ALERTS = {
     "StreamrematReplayStalled",
     "StreamrematDeadLettersRising",
     "StreamrematLagGrowing",
+    "StreamrematRecomputeBeyondRto",
 }
 
 

@@ -6,12 +6,19 @@ import socket
 import subprocess
 import time
 import urllib.request
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from streamremat.metrics.prometheus import PrometheusSensor
-from streamremat.metrics.sensor import BOUNDS, E2E_LATENCY_BUCKETS_S, LatencyBatch
+from streamremat.metrics.sensor import (
+    BOUNDS,
+    E2E_LATENCY_BUCKETS_S,
+    REMAT_FORCED_REASONS,
+    LatencyBatch,
+    read_remat_plan,
+)
 from streamremat.metrics.testing import exercise_every_hook, exported_sample_names
 
 APP = "clicks"
@@ -297,3 +304,51 @@ def test_metric_names_follow_the_conventions(
         for sample in family.samples:
             assert not {"key", "offset"} & set(sample.labels), sample
     assert len(E2E_LATENCY_BUCKETS_S) < 20  # histogram series stay bounded
+
+
+def _real_plan() -> Any:
+    """A planner's plan (tuning/remat.py) with two groups recomputed and three stored,
+    each by a different constraint: the RTO, retention, an unknown first offset."""
+    from streamremat.tuning.remat import PlanInputs, WindowCandidate, plan
+
+    inputs = PlanInputs(
+        checkpoint_offset=100_000, byte_cost_s=1e-6, interval_s=60.0,
+        failure_rate_per_s=1 / 3600, replay_rate_eps=50_000.0, replay_rate_low_eps=40_000.0,
+        ingest_rate_eps=1_000.0, downtime_p90_s=10.0, worst_backlog_records=60_000.0,
+        rto_s=12.0, safe_from_offset=50_000,
+    )  # the RTO leaves (12 - 10) * 39_000 - 70_000 = 8_000 records of extra replay
+    return plan(inputs, [
+        WindowCandidate(1, 1_000_000, 99_000), WindowCandidate(2, 1_000_000, 95_000),
+        WindowCandidate(3, 300, 60_000), WindowCandidate(4, 200, 40_000),
+        WindowCandidate(5, 100, None),
+    ])  # fmt: skip
+
+
+def test_remat_plan_hook(sensor: PrometheusSensor, registry: CollectorRegistry) -> None:
+    p = _real_plan()
+    sensor.on_remat_plan("counts", 0, p)
+    assert value(registry, "streamremat_remat_window_groups", choice="store") == 3
+    assert value(registry, "streamremat_remat_window_groups", choice="recompute") == 2
+    assert value(registry, "streamremat_remat_stored_bytes") == 600
+    assert value(registry, "streamremat_remat_saved_bytes_total") == 2_000_000
+    assert value(registry, "streamremat_remat_extra_replay_records") == 5_000
+    assert value(registry, "streamremat_remat_extra_replay_seconds") == pytest.approx(0.1)
+    forced = {r: value(registry, "streamremat_remat_forced_stores", reason=r)
+              for r in REMAT_FORCED_REASONS}  # fmt: skip
+    assert forced == {"requested_store": 0, "unknown_offset": 1, "retention": 1, "rto": 1,
+                      "no_replay_rate": 0}
+    # The next checkpoint's plan replaces the gauges and adds to the bytes saved.
+    sensor.on_remat_plan("counts", 0, p)
+    assert value(registry, "streamremat_remat_window_groups", choice="store") == 3
+    assert value(registry, "streamremat_remat_saved_bytes_total") == 4_000_000
+
+
+def test_remat_reason_labels_are_the_planners_forcing_reasons() -> None:
+    from streamremat.tuning.remat import FORCED
+
+    assert set(REMAT_FORCED_REASONS) == {r.name.lower() for r in FORCED}
+    with pytest.raises(ValueError, match="not one of"):
+        read_remat_plan(type("P", (), {
+            "groups": (), "bytes_stored": 0, "bytes_saved": 0, "extra_replay_records": 0,
+            "extra_replay_s": 0.0, "forced": lambda self: {"CHEAPER_TO_STORE": 1},
+        })())  # fmt: skip

@@ -49,6 +49,7 @@ def test_the_interface_covers_the_runtime_events() -> None:
                 "on_late",
                 "on_open_windows",
                 "on_tuner",
+                "on_remat_plan",
             ]
         )
         == HOOKS

@@ -98,3 +98,51 @@ def test_only_failures_are_downtime_samples() -> None:
     crashed.restore(b"", True, 0.0, None)
     crashed.recovered(4.0, 10_000, 0.1)
     assert crashed.decision(1.0, 0.0, 0).downtime_s == pytest.approx((12.0 + 4.0) / 2)
+
+
+def test_plan_travels_in_the_meta_and_tune_says_what_the_worker_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The worker's tuner log line and ``tune`` give one plan the same sentence."""
+    import logging
+
+    from prometheus_client import CollectorRegistry
+
+    from streamremat.metrics.prometheus import PrometheusSensor
+    from streamremat.runtime.explain import TaskExplanation, format_explanations
+    from streamremat.runtime.scheduling import decode_meta, decode_plan, with_plan
+    from streamremat.runtime.tuner_feed import TunerFeed
+    from streamremat.state.frame import TaskId
+    from streamremat.tuning.plan_summary import PlanSummary
+    from tests.unit.test_metrics_prometheus import _real_plan
+
+    settings = CheckpointSettings(policy="adaptive", rto_s=120.0)
+    wall = 1_800_000_000.0
+    meta = _meta_of_a_live_worker(settings, wall)
+    plan = _real_plan()
+    summary = PlanSummary.of(plan)
+    with_it = with_plan(meta, summary)
+    assert decode_meta(with_it) == decode_meta(meta)  # the tuner state reads as before
+    assert decode_plan(with_it) == summary and decode_plan(meta) is None
+    assert with_plan(b"", summary) == b""  # foreign meta stays as it is
+
+    registry = CollectorRegistry()
+    feed = TunerFeed(CheckpointScheduler(settings, 10.0))
+    with caplog.at_level(logging.INFO, logger="streamremat.worker"):
+        feed.checkpoint_written("quotes[0]", 100_000, 0, {"q": plan},
+                                PrometheusSensor("app", registry=registry), 0)
+    (logged,) = [r.getMessage() for r in caplog.records if "tuner:" in r.getMessage()]
+    labels = {"app": "app", "operator": "q", "partition": "0"}
+    assert registry.get_sample_value("streamremat_remat_saved_bytes_total", labels) == 2_000_000
+
+    _, d = explain_task(CheckpointScheduler(settings, 10.0), with_it, 100_000, 100_000,
+                        WEEK_S, wall + 1)
+    row = TaskExplanation(TaskId("q", "quotes", 0), 100_000, 1.0, "rocksdb", d, 100_000,
+                          decode_plan(with_it))
+    (said,) = [ln.strip() for ln in format_explanations([row]).splitlines()
+               if "rematerialize q:" in ln]  # fmt: skip
+    assert said in logged.split(" | ")
+    for words in ("recompute 2", "1.9 MiB saved", "5,000 extra records from offset 95,000",
+                  "(0.1s)", "1 extra replay would exceed the RTO",
+                  "1 first offset outside retention", "1 first offset unknown"):
+        assert words in said, (words, said)
