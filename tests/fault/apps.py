@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from streamremat import App, Count, Hopping, Max, Operator, Session, Sum, Tumbling
+from streamremat import App, Count, Hopping, Max, Operator, Quantiles, Session, Sum, Tumbling
 from tests.expect import RefOperator
-from tests.unit.reference import RefWindow
+from tests.unit.reference import RefWindow, ref_quantile
 
 SOURCE = os.environ.get("STREAMREMAT_FAULT_SOURCE", "fault-source")
 APP_NAME = os.environ.get("STREAMREMAT_FAULT_APP", "fault")
@@ -55,8 +55,20 @@ class FaultOperator:
                            window=self.ref_window, fields=("x",), result=self.result)
 
 
+def _count_quantiles(values: list[dict[str, Any]]) -> dict[str, Any]:
+    xs = [v["x"] for v in values]
+    return {"n": len(xs), "q": [ref_quantile(xs, q) for q in QS]}
+
+
 def _sums() -> dict[str, Any]:
     return {"n": Count(), "total": Sum("x")}
+
+
+QS = (0.5, 0.99)
+
+
+def _quantiles() -> dict[str, Any]:
+    return {"n": Count(), "q": Quantiles("x", QS)}
 
 
 def _maxes() -> dict[str, Any]:
@@ -72,12 +84,17 @@ SESSION = FaultOperator(OPERATOR, "out", Session(60),
 SESSIONS_TOO = FaultOperator("sessions", "sessions", Session(60, grace_ms=5),
                              RefWindow("session", 60, grace=5), _maxes, _count_max)
 
+#: exact quantiles: state that grows with the data (issue 14)
+QUANTILES = FaultOperator(OPERATOR, "out", Tumbling(WINDOW_MS),
+                          RefWindow("tumbling", WINDOW_MS), _quantiles, _count_quantiles)
+
 #: scenario -> its operators (all read the same source)
 SCENARIOS: dict[str, tuple[FaultOperator, ...]] = {
     "tumbling": (TUMBLING,),
     "hopping": (HOPPING,),
     "session": (SESSION,),
     "two-operators": (TUMBLING, SESSIONS_TOO),
+    "quantiles": (QUANTILES,),
 }
 
 app = App(APP_NAME, [op.engine(SOURCE) for op in SCENARIOS[SCENARIO]])
