@@ -324,10 +324,9 @@ class TopK(Aggregator):
         return {k: n for k, n in decode_json(data)}
 
 
-class Collect(Aggregator):
-    """Every item, in arrival order. When a record bridges two sessions, the merged
-    session's items are the earlier session's, then the later one's (as Kafka
-    Streams merges sessions), then the bridging record's."""
+class ListAggregator(Aggregator):
+    """Base of the aggregators that keep every item: the accumulator is a list in
+    arrival order, and merging two lists puts the earlier one first."""
 
     def zero(self) -> list[Any]:
         return []
@@ -338,6 +337,12 @@ class Collect(Aggregator):
 
     def merge(self, a: list[Any], b: list[Any]) -> list[Any]:
         return a + b
+
+
+class Collect(ListAggregator):
+    """Every item, in arrival order. When a record bridges two sessions, the merged
+    session's items are the earlier session's, then the later one's (as Kafka
+    Streams merges sessions), then the bridging record's."""
 
 
 class Composite(Aggregator):

@@ -17,7 +17,7 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-from streamremat.core.aggregators import Aggregator, Picker, _check_number
+from streamremat.core.aggregators import ListAggregator, Picker, _check_number
 from streamremat.core.codec import decode_number, encode_number, read_svarint
 from streamremat.core.exceptions import ConfigError, StateFormatError
 
@@ -97,7 +97,7 @@ def _from_canonical(data: bytes) -> list[Any]:
     raise StateFormatError("not encoded quantile values")
 
 
-class Quantiles(Aggregator):
+class Quantiles(ListAggregator):
     """Exact quantiles of a numeric field, e.g. ``Quantiles("latency_ms", [0.5, 0.99])``.
 
     Result: a list with one value per requested quantile, in the order given,
@@ -112,16 +112,6 @@ class Quantiles(Aggregator):
 
     def check(self, item: Any) -> None:
         _check_number(item)
-
-    def zero(self) -> list[Any]:
-        return []
-
-    def add(self, acc: list[Any], item: Any) -> list[Any]:
-        acc.append(item)
-        return acc
-
-    def merge(self, a: list[Any], b: list[Any]) -> list[Any]:
-        return a + b
 
     def result(self, acc: list[Any]) -> Any:
         if not acc:
