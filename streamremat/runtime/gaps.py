@@ -72,6 +72,18 @@ def apply_gap_policy(gap: Gap, policy: GapPolicy, sensor: Sensor, operators: Ite
         sensor.on_retention_gap(op, gap.partition, gap.skipped)
 
 
+def skip_gap(
+    runner: PartitionRunner, expected: int, available: int, policy: GapPolicy, sensor: Sensor
+) -> None:
+    """A running partition's next offset ``expected`` is below ``available``, the
+    first offset it can still read: through the policy, then the runner goes on
+    at ``available`` (the caller moves the consumer if it has to)."""
+    gap = Gap(runner.tp.topic, runner.tp.partition, expected, available,
+              f"the next offset to read ({runner.phase.value})")
+    apply_gap_policy(gap, policy, sensor, runner.operator_names)
+    runner.skip_to(available)
+
+
 def restart_gap(
     tp: TopicPartition, start: int, committed: int | None, log_start: int
 ) -> Gap | None:
@@ -159,10 +171,7 @@ async def out_of_range(
         log_start = (await consumer.beginning_offsets([tp]))[tp]
         log_end = (await consumer.end_offsets([tp]))[tp]
         if fetch_offset < log_start:
-            gap = Gap(tp.topic, tp.partition, fetch_offset, log_start,
-                      f"the next offset to read ({runner.phase.value})")
-            apply_gap_policy(gap, policy, sensor, runner.operator_names)
-            runner.skip_to(log_start)
+            skip_gap(runner, fetch_offset, log_start, policy, sensor)
             consumer.seek(tp, log_start)
         elif fetch_offset > log_end:
             raise LogTruncatedError(tp.topic, tp.partition, fetch_offset, log_end)
@@ -202,7 +211,4 @@ async def check_jumps(
     for tp, (runner, first) in jumps.items():
         lost_until = min(starts[tp], first)
         if lost_until > runner.position:
-            gap = Gap(tp.topic, tp.partition, runner.position, lost_until,
-                      f"the next offset to read ({runner.phase.value})")
-            apply_gap_policy(gap, policy, sensor, runner.operator_names)
-            runner.skip_to(lost_until)
+            skip_gap(runner, runner.position, lost_until, policy, sensor)
