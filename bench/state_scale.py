@@ -1,0 +1,240 @@
+"""State at scale: memory per open (key, window) entry, and what a full checkpoint
+and a restore cost, in time and in event-loop stalls, at 100k, 1M and 5M entries.
+
+Per size, one task of ``Hopping(120 s, 60 s)`` with ``{"n": Count(), "total":
+Sum("amount")}`` is filled through ``Task.process`` with one record per key, all
+in one advance interval, so every record opens two windows: ``size/2`` keys x 2
+windows = ``size`` entries. A growing-state aggregation (``Collect("amount")``,
+``--collect-items`` items per entry, tumbling) runs at ``--collect-size``.
+
+* memory: ``tracemalloc``'s traced bytes after the fill minus before it, over the
+  entries (Python allocations only: exact, unlike an RSS delta, and it includes
+  the dicts, keys and accumulators; the records are freed as they go);
+* checkpoint: the runtime's own path, ``Checkpointer.write`` of a full checkpoint
+  into a ``RocksDBCheckpointStore`` (encode, frame, zstd, synced WriteBatch);
+* restore: ``restore_stages`` from that store (read, verify, decode) plus the
+  worker's ``gc_tuning.freeze()`` after a restore;
+* stall: a ticker coroutine sleeps ``TICK_S`` in a loop while each of those runs on
+  the same event loop; the longest gap between two of its wake-ups, minus the
+  sleep, is the longest time anything else on the loop (heartbeats, commits,
+  other partitions) would have waited. ``ticks`` is how many times it ran.
+
+Usage::
+
+    python bench/state_scale.py [--sizes 100000,1000000,5000000] [--collect-size N]
+                                [--small] [--profile restore|checkpoint]
+
+The last line of stdout is a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import json
+import platform
+import pstats
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aiokafka import TopicPartition
+
+from streamremat import Collect, Count, Hopping, Operator, Sum, Tumbling
+from streamremat.core.records import Record
+from streamremat.core.task import Task
+from streamremat.core.topology import Stage, StageKind
+from streamremat.metrics.sensor import Sensor
+from streamremat.runtime import gc_tuning
+from streamremat.runtime.checkpointing import Checkpointer
+from streamremat.runtime.restoring import restore_stages
+from streamremat.runtime.scheduling import CheckpointScheduler
+from streamremat.runtime.settings import CheckpointSettings
+from streamremat.state.frame import TaskId
+from streamremat.state.rocksdb import RocksDBCheckpointStore
+
+TICK_S = 0.002
+GOAL_STALL_MS = 200.0
+BASE_MS = 1_700_000_040_000  # a multiple of 60 s: every record below is in 2 hopping windows
+BATCH = 5_000
+T = TypeVar("T")
+
+
+def count_sum_op() -> Operator:
+    return Operator(name="scale", source="in", sink="out", window=Hopping(120_000, 60_000),
+                    aggregate={"n": Count(), "total": Sum("amount")})
+
+
+def collect_op() -> Operator:
+    return Operator(name="scale_collect", source="in", sink="out", window=Tumbling(60_000),
+                    aggregate=Collect("amount"))
+
+
+def batches(n_keys: int, per_key: int) -> Iterator[list[Record]]:
+    """``per_key`` records for each of ``n_keys`` keys, built a batch at a time
+    (so the records never count towards the state's memory)."""
+    batch: list[Record] = []
+    offset = 0
+    for round_ in range(per_key):
+        for k in range(n_keys):
+            value = b'{"amount":%d}' % ((k * 7 + round_) % 1000)
+            batch.append(Record(b"k%09d" % k, value, BASE_MS + offset % 50_000, offset))
+            offset += 1
+            if len(batch) == BATCH:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
+
+
+def fill(op: Operator, n_keys: int, per_key: int) -> tuple[Task, int]:
+    """A task holding the state, and the traced bytes that state takes."""
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    task = Task(op)
+    for batch in batches(n_keys, per_key):
+        task.process(batch)
+    gc.collect()
+    used = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    return task, used
+
+
+async def with_ticker(work: Callable[[], Awaitable[T]]) -> tuple[T, float, float, int]:
+    """Run ``work`` beside a ticker; (its result, seconds, longest stall ms, ticks)."""
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+    gaps: list[float] = []
+
+    async def tick() -> None:
+        last = loop.time()
+        while not done.is_set():
+            await asyncio.sleep(TICK_S)
+            now = loop.time()
+            gaps.append(now - last - TICK_S)
+            last = now
+
+    ticker = asyncio.create_task(tick())
+    await asyncio.sleep(0)  # the ticker is waiting before the work starts
+    started = time.perf_counter()
+    try:
+        result = await work()
+    finally:
+        seconds = time.perf_counter() - started
+        done.set()
+        await ticker
+    return result, seconds, max(gaps, default=0.0) * 1000, len(gaps)
+
+
+def _profiled(prof: cProfile.Profile | None, fn: Callable[[], Awaitable[T]]
+              ) -> Callable[[], Awaitable[T]]:
+    if prof is None:
+        return fn
+
+    async def run() -> T:
+        prof.enable()
+        try:
+            return await fn()
+        finally:
+            prof.disable()
+    return run
+
+
+async def measure(op: Operator, n_keys: int, per_key: int, entries_hint: int,
+                  profile: str | None) -> dict[str, Any]:
+    task, used = fill(op, n_keys, per_key)
+    entries = task.open_windows()
+    assert entries == entries_hint, (entries, entries_hint)
+    position = task.next_offset or 0
+    row: dict[str, Any] = {"entries": entries, "keys": task.open_keys(),
+                           "memory_bytes_per_entry": round(used / entries, 1)}
+    with tempfile.TemporaryDirectory(prefix="state-scale-") as tmp:
+        local = RocksDBCheckpointStore(Path(tmp) / "db")
+        settings = CheckpointSettings(replicate=False)
+        ck = Checkpointer(0, settings, local, None, CheckpointScheduler(settings), Sensor())
+        task_id = TaskId(op.name, "in", 0)
+        ck.add_task(task_id, 0)
+        gc_tuning.start()  # as the worker runs: raised young threshold, frozen start-up
+        try:
+            prof = cProfile.Profile() if profile == "checkpoint" else None
+            _, write_s, write_stall, write_ticks = await with_ticker(
+                _profiled(prof, lambda: ck.write([task], position, clean=False)))
+            if prof is not None:
+                pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
+            point = await local.load(task_id)
+            assert point is not None, "the checkpoint was not written"
+            row["checkpoint_bytes"] = len(point.chain[0].payload)
+            del task
+            gc.collect()
+            stage = Stage(op.name, StageKind.WINDOW, "in", op)
+            prof = cProfile.Profile() if profile == "restore" else None
+            restored, restore_s, restore_stall, restore_ticks = await with_ticker(
+                _profiled(prof, lambda: restore_stages(TopicPartition("in", 0), [stage],
+                                                       position, 0, local, None, Sensor())))
+            if prof is not None:
+                pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
+            back = restored.tasks[0]
+            assert isinstance(back, Task) and back.open_windows() == entries, "restore lost state"
+
+            async def freeze() -> None:
+                gc_tuning.freeze()
+            _, freeze_s, freeze_stall, _ = await with_ticker(freeze)
+        finally:
+            gc_tuning.stop()
+            await local.close()
+    row.update(
+        checkpoint_s=round(write_s, 3), checkpoint_stall_ms=round(write_stall, 1),
+        checkpoint_ticks=write_ticks,
+        restore_s=round(restore_s, 3), restore_stall_ms=round(restore_stall, 1),
+        restore_ticks=restore_ticks,
+        freeze_after_restore_s=round(freeze_s, 3), freeze_stall_ms=round(freeze_stall, 1),
+    )
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--sizes", default="100000,1000000,5000000",
+                        help="count+sum entries per run, comma-separated")
+    parser.add_argument("--collect-size", type=int, default=200_000,
+                        help="Collect entries (keys with one open window each)")
+    parser.add_argument("--collect-items", type=int, default=10, help="items per Collect entry")
+    parser.add_argument("--small", action="store_true", help="CI size (seconds)")
+    parser.add_argument("--profile", choices=["checkpoint", "restore"],
+                        help="cProfile that phase (to stderr)")
+    args = parser.parse_args(argv)
+    sizes = [20_000] if args.small else [int(s) for s in args.sizes.split(",")]
+    collect_size = 2_000 if args.small else args.collect_size
+    rows: dict[str, Any] = {}
+    for size in sizes:
+        row = asyncio.run(measure(count_sum_op(), size // 2, 1, size // 2 * 2, args.profile))
+        rows[f"count_sum_{size}"] = row
+        print(f"count+sum {size:>9,} entries: {json.dumps(row)}", flush=True)
+    row = asyncio.run(measure(collect_op(), collect_size, args.collect_items, collect_size,
+                              args.profile))
+    rows[f"collect_{collect_size}x{args.collect_items}"] = row
+    print(f"collect   {collect_size:>9,} entries: {json.dumps(row)}", flush=True)
+    worst = max(max(r["checkpoint_stall_ms"], r["restore_stall_ms"], r["freeze_stall_ms"])
+                for r in rows.values())
+    print(json.dumps({
+        "benchmark": "state_scale",
+        "python": platform.python_version(),
+        "memory": "tracemalloc",
+        "tick_s": TICK_S,
+        "runs": rows,
+        "worst_stall_ms": worst,
+        "goal_stall_ms": GOAL_STALL_MS,
+        "goal_met": worst <= GOAL_STALL_MS,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
