@@ -153,7 +153,9 @@ async def measure(op: Operator, n_keys: int, per_key: int, entries_hint: int,
     entries = task.open_windows()
     assert entries == entries_hint, (entries, entries_hint)
     position = task.next_offset or 0
-    row: dict[str, Any] = {"entries": entries, "keys": task.open_keys(),
+    tasks = [task]  # dropped before the restore, so both states never coexist
+    del task
+    row: dict[str, Any] = {"entries": entries, "keys": tasks[0].open_keys(),
                            "memory_bytes_per_entry": round(used / entries, 1)}
     with tempfile.TemporaryDirectory(prefix="state-scale-") as tmp:
         local = RocksDBCheckpointStore(Path(tmp) / "db")
@@ -165,13 +167,13 @@ async def measure(op: Operator, n_keys: int, per_key: int, entries_hint: int,
         try:
             prof = cProfile.Profile() if profile == "checkpoint" else None
             _, write_s, write_stall, write_ticks = await with_ticker(
-                _profiled(prof, lambda: ck.write([task], position, clean=False)))
+                _profiled(prof, lambda: ck.write(tasks, position, clean=False)))
             if prof is not None:
                 pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
             point = await local.load(task_id)
             assert point is not None, "the checkpoint was not written"
             row["checkpoint_bytes"] = len(point.chain[0].payload)
-            del task
+            tasks.clear()
             gc.collect()
             stage = Stage(op.name, StageKind.WINDOW, "in", op)
             prof = cProfile.Profile() if profile == "restore" else None
@@ -184,7 +186,7 @@ async def measure(op: Operator, n_keys: int, per_key: int, entries_hint: int,
             assert isinstance(back, Task) and back.open_windows() == entries, "restore lost state"
 
             async def freeze() -> None:
-                gc_tuning.freeze()
+                gc_tuning.freeze(collect=False)  # as the worker does after a restore
             _, freeze_s, freeze_stall, _ = await with_ticker(freeze)
         finally:
             gc_tuning.stop()

@@ -16,6 +16,7 @@ from streamremat.core.codec import (
     read_bytes,
     read_svarint,
     read_uvarint,
+    sorted_in_runs,
     write_bytes,
     write_svarint,
     write_uvarint,
@@ -63,7 +64,7 @@ class _KeyedHeapState(WindowState):
         """Per key, a list of ``(a, b, acc)`` with ``a <= b``: a session's first and
         last time, or a buffered record's time and arrival stream time. A key
         without entries is written with 0 entries, which deletes it on restore."""
-        keys = sorted(lists) if full else sorted(self.dirty)
+        keys = sorted_in_runs(lists if full else self.dirty)
         self.dirty = set()
         encode = self.agg.encode
         out = bytearray()

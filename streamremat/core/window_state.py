@@ -24,6 +24,7 @@ from streamremat.core.codec import (
     read_bytes,
     read_svarint,
     read_uvarint,
+    sorted_in_runs,
     write_bytes,
     write_svarint,
     write_uvarint,
@@ -232,10 +233,11 @@ class FixedWindowState(WindowState):
         out = bytearray()
         encode = self.agg.encode
         if full:
-            chosen = {end: sorted(accs) for end, accs in self.windows.items()}
+            chosen = {end: sorted_in_runs(accs) for end, accs in self.windows.items()}
         else:
             chosen = {
-                end: sorted(keys) for end, keys in self.dirty.items() if end in self.windows
+                end: sorted_in_runs(keys) for end, keys in self.dirty.items()
+                if end in self.windows
             }
         self.dirty = {}
         write_uvarint(out, len(chosen))

@@ -83,6 +83,8 @@ class Checkpointer:
         self._replica_tail: asyncio.Task[None] | None = None
         #: offsets of the newest checkpoints of every task, each stored in every store
         self._durable: collections.deque[int] = collections.deque(maxlen=settings.keep)
+        #: a ``write`` is under way: the tasks' state must not move (step 1 of ``write``)
+        self.writing = False
 
     def add_task(self, task_id: TaskId, next_seq: int) -> None:
         """A restored (or new) task; its first checkpoint will be a full one."""
@@ -91,22 +93,39 @@ class Checkpointer:
     async def write(self, tasks: Sequence[Task], position: int, clean: bool) -> None:
         """Write one checkpoint of every task (DESIGN §5, §7).
 
-        1. The caller guarantees the state's outputs are committed (offset <= committed).
+        1. The caller guarantees the state's outputs are committed (offset <= committed)
+           and folds nothing into the tasks until this returns (the worker and the
+           faust bridge hold their lock; ``writing`` is set meanwhile, and
+           ``PartitionRunner.process`` refuses to run), so each checkpoint is of
+           the state at its offset.
         2. Per task, encode a delta (dirty accumulators) or, when the chain needs
            one, a full snapshot, with offset, stream time, the clean flag and the
-           tuner's state.
-        3. Append it to the local RocksDB store: one WriteBatch, synced.
+           tuner's state. The encode runs in a worker thread: a full snapshot of
+           millions of entries takes seconds, and the event loop (heartbeats,
+           replica writes, the metrics endpoint) keeps running meanwhile, as the
+           thread hands the GIL back every switch interval (``core.codec.sorted_in_runs``
+           keeps the one long C call of an encode, the key sort, short).
+        3. Append it to the local RocksDB store: one WriteBatch, synced. Only then
+           does the next commit, whose replay depends on it, come (the caller awaits
+           this).
         4. Replicate it to the compacted checkpoint topic in the background, in
            order per partition; a failed write makes the next checkpoint full.
         5. Prune both stores to the last N restorable checkpoints.
         """
+        self.writing = True
+        try:
+            await self._write(tasks, position, clean)
+        finally:
+            self.writing = False
+
+    async def _write(self, tasks: Sequence[Task], position: int, clean: bool) -> None:
         started = time.monotonic()
         meta = self.scheduler.meta(int(time.time() * 1000))
         frames: list[CheckpointFrame] = []
         for task, chain in zip(tasks, self.chains, strict=True):
             full = chain.next_is_full(self.settings.full_after_delta_ratio)
             try:
-                payload = task.snapshot(full)
+                payload = await asyncio.to_thread(task.snapshot, full)
             except Exception as exc:  # an aggregation's encode raised: skip, never crash
                 chain.base_seq = None  # the dirty set is gone: the next one must be full
                 self.sensor.on_checkpoint_failed(task.operator.name, self.partition, "encode")

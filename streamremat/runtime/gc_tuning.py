@@ -17,13 +17,17 @@ benchmarks) share one tuning, and the last to stop puts the defaults back.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+from collections.abc import Iterator
 
 #: allocations (minus deallocations) of tracked objects between young collections
 GEN0_THRESHOLD = 50_000
 
 _users = 0
 _saved: tuple[int, int, int] | None = None
+_pauses = 0
+_pauses_enabled = [True]  # whether the collector was enabled when the first pause began
 
 
 def start() -> None:
@@ -37,11 +41,34 @@ def start() -> None:
     freeze()
 
 
-def freeze() -> None:
+def freeze(collect: bool = True) -> None:
     """Collect once, then move every surviving object to the permanent generation:
-    long-lived state (just restored) is not walked again by later collections."""
-    gc.collect()
+    long-lived state (just restored) is not walked again by later collections.
+
+    ``collect=False`` (after a restore): freeze without the full collection, which
+    would walk every restored object at once, holding the GIL (a second at a few
+    million entries); a restore makes no garbage cycles worth that stall."""
+    if collect:
+        gc.collect()
     gc.freeze()
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """No automatic collection meanwhile (a restore building millions of objects):
+    each old-generation collection would walk all of them while holding the GIL,
+    stalling the event loop whichever thread allocates. Nests; process-wide."""
+    global _pauses
+    if _pauses == 0:
+        _pauses_enabled[0] = gc.isenabled()
+        gc.disable()
+    _pauses += 1
+    try:
+        yield
+    finally:
+        _pauses -= 1
+        if _pauses == 0 and _pauses_enabled[0]:
+            gc.enable()
 
 
 def stop() -> None:

@@ -227,6 +227,9 @@ class PartitionRunner:
 
     def process(self, records: Sequence[SourceRecord]) -> None:
         """Feed one fetched batch (offset order) to every task of the partition."""
+        if self.checkpointer.writing:  # it would fold records into a state being encoded
+            raise RuntimeError(f"{self.tp.topic}[{self.tp.partition}]: a batch was processed "
+                               "while a checkpoint of its state was being written")
         outputs = self.partition_tasks.process(records)
         live = len(records)
         if self.phase is Phase.REPLAYING:

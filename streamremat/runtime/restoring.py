@@ -3,6 +3,7 @@ newest checkpoint (the I/O around ``core.recovery.restore_task``)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from streamremat.core.repartition import Repartitioner
 from streamremat.core.task import Task
 from streamremat.core.topology import Stage
 from streamremat.metrics.sensor import Sensor
+from streamremat.runtime import gc_tuning
 from streamremat.runtime.scheduling import decode_meta
 from streamremat.state.base import CheckpointStore
 from streamremat.state.frame import TaskId
@@ -72,10 +74,16 @@ async def restore_stages(
         for _ in choice.notes:
             sensor.on_checkpoint_fallback(op.name, tp.partition, "fallback")
         point = choice.point
-        restored = restore_task(
-            op, tp.partition, [f.payload for f in point.chain] if point else None,
-            point.offset if point else None, committed, log_start,
-        )
+        # Decoding millions of entries takes seconds: in a worker thread, so the
+        # event loop (heartbeats, the other partitions' replica writes) runs on, and
+        # with the collector paused (see ``gc_tuning.paused``). The task is new: no
+        # one else sees it before this returns.
+        with gc_tuning.paused():
+            restored = await asyncio.to_thread(
+                restore_task, op, tp.partition,
+                [f.payload for f in point.chain] if point else None,
+                point.offset if point else None, committed, log_start,
+            )
         if restored.outcome is Restore.RESTORED:
             assert point is not None
             out.sources.add(choice.source or "?")

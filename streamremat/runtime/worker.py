@@ -413,7 +413,7 @@ class Worker:
         self._to_recover.clear()
         await self._assign(tps)
         if self.settings.tune_gc and tps:
-            gc_tuning.freeze()  # the restored state is long-lived
+            gc_tuning.freeze(collect=False)  # the restored state is long-lived
         ready = [tp for tp in tps if tp in self.runners]
         if ready:
             self._consumer.resume(*ready)

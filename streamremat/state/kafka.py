@@ -313,7 +313,8 @@ class KafkaCheckpointStore(CheckpointStore):
                 f"{frame.task}: seq {frame.seq} is not above the replicated seq {last}; "
                 "use RestorePoint.next_seq or last_seq() + 1"
             )
-        blob = encode_frame(frame, self.config.compress_min_bytes)
+        # zstd and the checksum of tens of MB: off the event loop (zstd lets the GIL go).
+        blob = await asyncio.to_thread(encode_frame, frame, self.config.compress_min_bytes)
         partition = await self._partition_of(frame.task)
         futures = [
             await self._producer.send(
@@ -326,13 +327,14 @@ class KafkaCheckpointStore(CheckpointStore):
 
     async def load(self, task: TaskId) -> RestorePoint | None:
         scan = await self._scan(task)
-        return select_restore_point(task, self._entries(task, scan))
+        entries = await asyncio.to_thread(self._entries, task, scan)  # decompress, verify
+        return select_restore_point(task, entries)
 
     async def prune(self, task: TaskId, keep: int) -> int:
         """Tombstone (null value) every chunk key of the frames that the ``keep``
         newest restorable checkpoints do not need; compaction removes them."""
         scan = await self._scan(task)
-        doomed = plan_prune(self._entries(task, scan), keep)
+        doomed = plan_prune(await asyncio.to_thread(self._entries, task, scan), keep)
         partition = await self._partition_of(task)
         futures = [
             await self._producer.send(

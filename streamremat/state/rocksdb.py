@@ -12,6 +12,7 @@ a thread.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from typing import Any
@@ -124,17 +125,23 @@ class RocksDBCheckpointStore(CheckpointStore):
                 f"{frame.task}: seq {frame.seq} is not above the stored seq {last}; "
                 "use RestorePoint.next_seq or last_seq() + 1"
             )
+        # Encoding (zstd, checksum) and the write in a worker thread: a full frame of
+        # millions of entries is tens of MB. (rocksdict holds the GIL in ``write``.)
+        await asyncio.to_thread(self._put, frame)
+
+    def _put(self, frame: CheckpointFrame) -> None:
         batch = rocksdict.WriteBatch(raw_mode=True)
         batch.put(_key(frame.task, frame.seq), encode_frame(frame, self._compress_min_bytes))
         self._db.write(batch, self._sync)
 
     async def load(self, task: TaskId) -> RestorePoint | None:
-        return select_restore_point(task, self._scan(task))
+        # Reading and verifying every frame (decompress, checksum): off the event loop.
+        return select_restore_point(task, await asyncio.to_thread(self._scan, task))
 
     async def prune(self, task: TaskId, keep: int) -> int:
         """Delete, in one WriteBatch, what the ``keep`` newest restorable
         checkpoints do not need. Not synced: a lost prune only keeps old frames."""
-        doomed = plan_prune(self._scan(task), keep)
+        doomed = plan_prune(await asyncio.to_thread(self._scan, task), keep)
         if doomed:
             batch = rocksdict.WriteBatch(raw_mode=True)
             for seq in doomed:

@@ -51,3 +51,14 @@ def test_remat_sweep_small() -> None:
             assert row["auto"]["rto_misses"] == 0 and row["auto"]["retention_misses"] == 0
             assert row["auto"]["waste_pct"] <= row["store"]["waste_pct"]
     assert summary["goal_met"] is True
+
+
+def test_state_scale_small() -> None:
+    summary = _last_json(["bench/state_scale.py", "--small"])
+    runs = summary["runs"]
+    assert isinstance(runs, dict) and set(runs) == {"count_sum_20000", "collect_2000x10"}
+    for row in runs.values():
+        assert row["memory_bytes_per_entry"] > 0 and row["checkpoint_bytes"] > 0
+    big = runs["count_sum_20000"]
+    # the loop turned while the checkpoint and the restore ran (a count, not a timing)
+    assert big["checkpoint_ticks"] > 1 and big["restore_ticks"] > 1
