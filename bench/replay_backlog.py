@@ -1,0 +1,203 @@
+"""Replay against live on a real broker, over a whole topic and over a realistic backlog.
+
+``bench/e2e_throughput.py`` replays a whole topic whose event time spans ~17
+windows: the replay horizon skips every record of a window that closed before the
+committed stream time (~94 % of them), undecoded, so its replay rate says little
+about a recovery. After a real failure the checkpoint is younger than the window
+(checkpoint interval 10-30 s, windows of minutes): every record since it belongs
+to a window that is still open, nothing can be skipped, and each is decoded and
+folded exactly as live. This benchmark measures both, each against live on the
+same records, in one run (same broker, same process, same settings):
+
+* ``whole_topic``: ``--events`` events spanning ~1,000 s of event time (1 ms
+  apart at 1M events), the e2e layout;
+* ``backlog``: the same number of events with their event time inside one 60 s
+  window that is still open at the end (the stream's ingest rate is then
+  ``events / 50 s``): what a worker replays when it restarts between two
+  checkpoints of that window. The checkpoint it restores is the empty one at
+  offset 0, i.e. taken at the window's start.
+
+Per layout: a fresh topic (4 partitions), the worker live (in this process,
+exactly-once, a fresh group, ``Tumbling(60 s)`` ``{"n": Count(), "total":
+Sum("x")}``) until its committed offsets reach the end; then a second worker in
+the same group with no local state and an empty checkpoint topic, which replays
+``[0, committed)`` without emitting (the phases of ``e2e_throughput.py``, whose
+code this reuses). ``skippable`` is the share of records whose window closed by
+the committed stream time of their partition (computed from the generated
+events). Goal: replay of the backlog >= 2x live (issue 15). ``--profile FILE``
+writes a cProfile of the backlog's replay phase.
+
+Usage::
+
+    python bench/replay_backlog.py [--events 1000000] [--keys 1000,100000]
+    python bench/replay_backlog.py --small       # CI: 30k events, 1k keys
+
+The last line of stdout is a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import logging
+import platform
+import random
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _kafka import bench_broker, produce_fast
+from aiokafka.partitioner import DefaultPartitioner
+from e2e_throughput import _write_profile, live_phase, make_operator, replay_phase
+
+from streamremat import App, KafkaSettings
+from streamremat.runtime.kafka import TopicSpec, create_topics, delete_topics, end_offsets
+from streamremat.runtime.settings import CheckpointSettings, WorkerSettings
+
+PARTITIONS = 4
+WINDOW_MS = 60_000
+GOAL_BACKLOG_REPLAY_OVER_LIVE = 2.0
+LAYOUTS = ("whole_topic", "backlog")
+
+Rows = dict[int, list[tuple[bytes, bytes, int]]]
+
+
+def build(layout: str, n: int, n_keys: int, seed: int = 3) -> tuple[Rows, float]:
+    """The records by partition and the share of them the replay horizon can skip."""
+    rng = random.Random(seed)
+    parts = list(range(PARTITIONS))
+    partitioner = DefaultPartitioner()
+    keys = [json.dumps(f"u{i}").encode() for i in range(n_keys)]
+    key_part = [partitioner(k, parts, parts) for k in keys]
+    now = int(time.time() * 1000)
+    if layout == "whole_topic":
+        spacing = max(1, 1_000_000 // n)  # ~1,000 s of event time, as e2e_throughput.py
+        start = now - n * spacing
+        start -= start % WINDOW_MS
+        times = [start + i * spacing for i in range(n)]
+    else:  # one window, still open at the end (no future timestamps: the last one)
+        start = now - now % WINDOW_MS - WINDOW_MS
+        times = [start + i * 50_000 // n for i in range(n)]
+    rows: Rows = {p: [] for p in parts}
+    for i, ts in enumerate(times):
+        k = rng.randrange(n_keys)
+        rows[key_part[k]].append(
+            (keys[k], f'{{"x":{rng.randrange(1000)},"user":"u{k}","page":"/p/{i % 50}"}}'
+             .encode(), ts))
+    skippable = 0
+    for recs in rows.values():
+        if recs:
+            horizon = max(r[2] for r in recs)
+            skippable += sum(1 for r in recs if r[2] - r[2] % WINDOW_MS + WINDOW_MS <= horizon)
+    return rows, skippable / n
+
+
+async def one_layout(bootstrap: str, layout: str, n_keys: int, args: argparse.Namespace,
+                     work: Path) -> dict[str, Any]:
+    rows, skippable = build(layout, args.events, n_keys)
+    run_id = uuid.uuid4().hex[:8]
+    topic = f"bench-replay-{layout.replace('_', '-')}-{run_id}"
+    op = make_operator(topic)
+    ck = CheckpointSettings(policy="fixed", interval_s=args.checkpoint_interval)
+    app = App(topic, [op], kafka=KafkaSettings(bootstrap_servers=bootstrap))
+    replay_app = App(topic, [op], kafka=KafkaSettings(
+        bootstrap_servers=bootstrap, checkpoint_topic=f"{app.checkpoint_topic}-replay"))
+    created = [topic, op.sink, op.dead_letter_topic, app.checkpoint_topic,
+               replay_app.checkpoint_topic]
+    try:
+        await create_topics(bootstrap, [TopicSpec(topic, PARTITIONS, {"retention.ms": "-1"})])
+        await produce_fast(bootstrap, topic, rows)
+        del rows
+        ends = await end_offsets(bootstrap, topic, "read_committed")
+
+        def settings(phase: str) -> WorkerSettings:
+            return WorkerSettings(bootstrap_servers=bootstrap, group_id=topic,
+                                  state_dir=str(work / f"state-{phase}-{run_id}"),
+                                  checkpoints=ck, worker_id=f"bench-{phase}-{run_id}")
+
+        live = await live_phase(bootstrap, app, settings("live"), topic, ends, None,
+                                args.timeout)
+        profile = cProfile.Profile() if args.profile and layout == "backlog" else None
+        if profile is not None:
+            profile.enable()
+        try:
+            replay = await replay_phase(replay_app, settings("replay"), ends, args.timeout)
+        finally:
+            if profile is not None:
+                profile.disable()
+        if profile is not None:
+            _write_profile(profile, args.profile)
+    finally:
+        if not args.keep_topics:
+            await delete_topics(bootstrap, created)
+    live_eps, replay_eps = live["events_per_s"], replay["events_per_s"]
+    return {
+        "events": sum(ends.values()), "skippable": round(skippable, 4),
+        "live_events_per_s": round(live_eps), "replay_events_per_s": round(replay_eps),
+        "replay_over_live": round(replay_eps / live_eps, 3) if live_eps else None,
+        "replayed": replay["replayed"], "replay_rebalances": replay["rebalances"],
+        "seconds": {"live": round(live["seconds"], 3), "replay": round(replay["seconds"], 3),
+                    "replay_restore": round(replay["restore_s"], 3)},
+        "replay_per_partition": replay["per_partition"],
+    }
+
+
+async def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    async with bench_broker(args.bootstrap, work) as bootstrap:
+        for n_keys in args.keys:
+            per: dict[str, Any] = {}
+            for layout in LAYOUTS:
+                r = await one_layout(bootstrap, layout, n_keys, args, work)
+                per[layout] = r
+                print(f"[{n_keys} keys] {layout}: live {r['live_events_per_s']:,}/s, replay "
+                      f"{r['replay_events_per_s']:,}/s = {r['replay_over_live']}x "
+                      f"(skippable {r['skippable']:.1%})", file=sys.stderr, flush=True)
+            ratio = per["backlog"]["replay_over_live"]
+            per["goal_backlog_replay_over_live"] = {
+                "goal": GOAL_BACKLOG_REPLAY_OVER_LIVE, "measured": ratio,
+                "met": ratio is not None and ratio >= GOAL_BACKLOG_REPLAY_OVER_LIVE}
+            results[str(n_keys)] = per
+    return {"benchmark": "replay_backlog", "events": args.events, "partitions": PARTITIONS,
+            "window": "tumbling 60 s, count+sum per key", "guarantee": "exactly_once",
+            "checkpoint_interval_s": args.checkpoint_interval,
+            "python": platform.python_version(), "profiled": bool(args.profile),
+            "results": results}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--events", type=int, default=1_000_000)
+    p.add_argument("--keys", default="1000,100000")
+    p.add_argument("--small", action="store_true", help="CI size: 30k events, 1k keys")
+    p.add_argument("--checkpoint-interval", type=float, default=10.0)
+    p.add_argument("--bootstrap", help="Kafka to use (default $STREAMREMAT_BOOTSTRAP, else a "
+                   "dev broker)")
+    p.add_argument("--profile", metavar="FILE", help="cProfile the backlog's replay; '-': stderr")
+    p.add_argument("--keep-topics", action="store_true")
+    p.add_argument("--timeout", type=float, default=1800.0, help="per worker phase, s")
+    args = p.parse_args(argv)
+    if args.small:
+        args.events, args.keys = 30_000, "1000"
+    args.keys = [int(k) for k in args.keys.split(",")]
+    logging.getLogger("streamremat").setLevel(logging.INFO)
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    work = Path(tempfile.mkdtemp(prefix="streamremat-replay-"))
+    try:
+        summary = asyncio.run(run(args, work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
