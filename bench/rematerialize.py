@@ -49,8 +49,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench._kafka import bench_broker  # noqa: E402
-from bench.remat_sweep import sweep  # noqa: E402
+from bench._kafka import bench_broker
+from bench.remat_sweep import sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("store", "recompute", "auto")
