@@ -272,7 +272,8 @@ def main(argv: list[str]) -> int:
         simulated = sweep(args.sweep_hours, lams, [15.0, 30.0, 60.0, 120.0, 600.0])
     summary = {
         "bench": "rematerialize", "small": args.small, "mode_applied": mode_applied(),
-        "size": size.__dict__, "partitions": PARTITIONS, "parallel": args.parallel, "real_broker": real,
+        "size": size.__dict__, "partitions": PARTITIONS, "parallel": args.parallel,
+        "real_broker": real,
         "simulator": simulated, "runtime_s": round(time.perf_counter() - started, 1),
     }
     print(json.dumps(summary))
