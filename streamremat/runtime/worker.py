@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import (
     IllegalOperation,
     IllegalStateError,
@@ -41,6 +41,7 @@ from streamremat.runtime.lifecycle import (
 )
 from streamremat.runtime.offsets import fetch_stable_offsets
 from streamremat.runtime.partition import PartitionRunner
+from streamremat.runtime.purging import RepartitionPurger
 from streamremat.runtime.scheduling import CheckpointScheduler
 from streamremat.runtime.settings import Guarantee, WorkerSettings
 from streamremat.runtime.topics import ensure_topics
@@ -89,6 +90,7 @@ class Worker:
         self._consumer: Any = None
         self._shared_producer: Any = None
         self._admin: Any = None
+        self._purger: RepartitionPurger | None = None
         self._local: CheckpointStore | None = None
         self._replica: CheckpointStore | None = None
         self._fatal: BaseException | None = None
@@ -97,8 +99,6 @@ class Worker:
         #: assigned, paused, waiting for the loop to restore them
         self._to_recover: set[TopicPartition] = set()
         self._retention_s: dict[str, float | None] = {}
-        #: repartition topic partitions: the offset records were deleted below
-        self._purged: dict[TopicPartition, int] = {}
         self._parking = Parking(
             settings.retry, self.sensor, self._pause,
             lambda tp: [stage.name for stage in self._by_topic.get(tp.topic, ())],
@@ -176,6 +176,7 @@ class Worker:
         self._consumer = group_consumer(s, self.group_id)
         self._admin = AIOKafkaAdminClient(**client.admin_kwargs())
         await self._admin.start()
+        self._purger = RepartitionPurger(self._admin, self.topology.repartition_topics)
         self._consumer.subscribe(sorted(self._by_topic), listener=_Rebalance(self))
         await self._consumer.start()
         log.info(
@@ -293,28 +294,8 @@ class Worker:
                 and runner.checkpoint_due()
             ):
                 await runner.checkpoint()
-                await self._purge(runner)
-
-    async def _purge(self, runner: PartitionRunner) -> None:
-        """Delete a repartition topic partition's records that no kept checkpoint
-        can restore from (admin DeleteRecords): the topic is internal, its only
-        reader is this stage, and replay never reads below its oldest checkpoint.
-        A failure only leaves the records for the next checkpoint (or retention)."""
-        tp = runner.tp
-        if tp.topic not in self.topology.repartition_topics:
-            return
-        floor = runner.checkpointer.purge_floor()
-        if floor is None or floor <= self._purged.get(tp, 0):
-            return
-        try:
-            await self._admin.delete_records({tp: RecordsToDelete(floor)})
-        except Exception as exc:
-            log.warning("%s[%d]: deleting records below offset %d failed: %r",
-                        tp.topic, tp.partition, floor, exc)
-            return
-        self._purged[tp] = floor
-        log.info("%s[%d]: deleted records below offset %d (no kept checkpoint needs them)",
-                 tp.topic, tp.partition, floor)
+                if self._purger is not None:
+                    await self._purger.purge(runner)
 
     async def _guard(self, runner: PartitionRunner, step: Any) -> None:
         """Run a Kafka step of one partition; a failure drops the partition, never the
