@@ -15,7 +15,7 @@ import signal
 import time
 from typing import Any
 
-from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import (
     IllegalOperation,
@@ -42,6 +42,7 @@ from streamremat.runtime.lifecycle import (
 from streamremat.runtime.offsets import fetch_stable_offsets
 from streamremat.runtime.partition import PartitionRunner
 from streamremat.runtime.purging import RepartitionPurger
+from streamremat.runtime.rebalance import RebalanceListener
 from streamremat.runtime.scheduling import CheckpointScheduler
 from streamremat.runtime.settings import Guarantee, WorkerSettings
 from streamremat.runtime.topics import ensure_topics
@@ -54,17 +55,6 @@ log = logging.getLogger("streamremat.worker")
 
 #: Another producer took this transactional id: this worker lost the partition.
 _FENCED: tuple[type[BaseException], ...] = (ProducerFenced, InvalidProducerEpoch)
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        await self.worker._on_revoked(list(revoked))
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        await self.worker._on_assigned(list(assigned))
 
 
 class Worker:
@@ -130,17 +120,8 @@ class Worker:
         try:
             await self._start()
             await self._loop()
-        except WorkerError as exc:
-            log.error("%s", exc)
-            self._fatal = exc
-        except AUTHORIZATION_ERRORS as exc:  # e.g. the group, raised by the consumer
-            denied = access_denied(exc, self.settings.client, "consuming the sources")
-            self._fatal = KafkaAccessError(denied)
-            log.error("%s", self._fatal)
-        except Exception as exc:  # a bug, not bad input (that goes to the dead letters)
-            log.exception("internal error: %r; stopping without committing or checkpointing "
-                          "the failed batch", exc)
-            self._fatal = exc
+        except Exception as exc:
+            self._fail(exc)
         finally:
             try:
                 clean = await self._shutdown()
@@ -150,6 +131,22 @@ class Worker:
         if self._fatal is not None:
             return 2 if isinstance(self._fatal, WorkerError) else 3
         return 0 if clean else 1
+
+    def _fail(self, exc: Exception) -> None:
+        """Stop on ``exc`` (called in its ``except``): ``run`` returns 2 for a
+        ``WorkerError`` or a denied ACL, 3 for anything else, and the first error wins."""
+        if isinstance(exc, WorkerError):
+            log.error("%s", exc)
+        elif isinstance(exc, AUTHORIZATION_ERRORS):  # e.g. the group, raised by the consumer
+            exc = KafkaAccessError(access_denied(exc, self.settings.client,
+                                                 "consuming the sources"))
+            log.error("%s", exc)
+        else:  # a bug, not bad input (that goes to the dead letters)
+            log.exception("internal error: %r; stopping without committing or checkpointing "
+                          "the failed batch", exc)
+        if self._fatal is None:
+            self._fatal = exc
+        self._stopping.set()
 
     async def _start(self) -> None:
         s = self.settings
@@ -177,7 +174,8 @@ class Worker:
         self._admin = AIOKafkaAdminClient(**client.admin_kwargs())
         await self._admin.start()
         self._purger = RepartitionPurger(self._admin, self.topology.repartition_topics)
-        self._consumer.subscribe(sorted(self._by_topic), listener=_Rebalance(self))
+        self._consumer.subscribe(sorted(self._by_topic), listener=RebalanceListener(
+            self._on_revoked, self._on_assigned, self._fail))
         await self._consumer.start()
         log.info(
             "worker %s started: app %s, group %s, topics %s, guarantee %s",

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.records_to_delete import RecordsToDelete
 
@@ -91,3 +91,45 @@ async def test_fresh_group_logs_no_committed_offset(
     line = next(r.getMessage() for r in caplog.records if ": recovered: " in r.getMessage())
     assert "committed offset none (new group, from offset 20)" in line, line
     assert "committed offset 20" not in line
+
+
+class FailsHandingOver(Worker):
+    """A bug while handing partitions over (inside aiokafka's rebalance listener)."""
+
+    async def _hand_over(self, tps: list[TopicPartition]) -> None:
+        if tps:
+            raise RuntimeError("injected bug in the hand-over")
+        await super()._hand_over(tps)
+
+
+async def test_an_internal_error_in_the_rebalance_listener_stops_the_worker(
+    kafka_bootstrap: str, new_topic: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiokafka only logs what a listener raises; the worker must still exit 3 and abort."""
+    caplog.set_level(logging.INFO, logger="streamremat")
+    source = new_topic(1)
+    now = int(time.time() * 1000)
+    await produce(kafka_bootstrap, source,
+                  [ProducerRecord(b"k", orjson.dumps({"i": i}), now + i, 0) for i in range(20)])
+    worker = FailsHandingOver(_app(source), _settings(kafka_bootstrap, tmp_path))
+    task = asyncio.create_task(worker.run(handle_signals=False))
+    other = None
+    try:
+        deadline = time.monotonic() + 120
+        while not any(": recovered: " in r.getMessage() for r in caplog.records):
+            assert not task.done() and time.monotonic() < deadline, _errors(caplog)
+            await asyncio.sleep(0.1)
+        # A second member joins the group: the rebalance revokes the worker's partition.
+        other = AIOKafkaConsumer(source, bootstrap_servers=kafka_bootstrap,
+                                 group_id=worker.group_id, enable_auto_commit=False)
+        await other.start()
+        code = await asyncio.wait_for(asyncio.shield(task), 60)
+    finally:
+        worker.stop()
+        if other is not None:
+            await other.stop()
+    assert code == 3
+    failed = [r for r in caplog.records if r.getMessage().startswith("internal error")]
+    assert failed and failed[0].exc_info is not None, _errors(caplog)
+    assert "injected bug in the hand-over" in str(failed[0].exc_info[1])
+    assert worker.runners == {}  # aborted and dropped, nothing handed over
