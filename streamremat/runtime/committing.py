@@ -61,15 +61,35 @@ class PartitionCommitter:
             self.in_txn = False
         else:
             await consumer.commit(offsets)
-        self._futures.clear()
+        self._futures.clear()  # all delivered: the commit waited for them
 
     async def abort(self) -> None:
         """Drop the open transaction (its outputs are never seen by readers)."""
         self.pending.clear()
-        self._futures.clear()
+        futures, self._futures = self._futures, []
+        for future in futures:  # their failures (e.g. a denied WRITE) are known already
+            future.add_done_callback(_retrieve)
         if self.in_txn:
             self.in_txn = False
+            _retrieve_transaction_error(self.producer)
             try:
                 await self.producer.abort_transaction()
             except Exception as exc:  # fenced or gone: nothing to abort
                 log.debug("abort failed: %s", exc)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a dropped send's exception as seen, or asyncio logs "Future exception
+    was never retrieved" for each when it is collected."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _retrieve_transaction_error(producer: Any) -> None:
+    """aiokafka (0.14) keeps an abortable error (e.g. a denied WRITE found while adding
+    the sink's partitions to the transaction) in a future that ``abort_transaction``
+    replaces without reading: read it first, it is raised to us elsewhere already."""
+    manager = getattr(producer, "_txn_manager", None)
+    waiter = manager.wait_for_transaction_end() if manager is not None else None
+    if isinstance(waiter, asyncio.Future) and waiter.done():
+        _retrieve(waiter)

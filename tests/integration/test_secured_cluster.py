@@ -163,6 +163,7 @@ async def test_access_errors_are_clear_fatal_and_commit_nothing(
         assert re.search(message.format(sink=re.escape(env.sink), group=re.escape(env.group)),
                          log), log
         assert "not-the-password" not in log
+        assert "never retrieved" not in log, log  # e.g. the denied sends' futures
         if case in ("wrong password", "wrong CA"):  # `tune` says the same, exits 2
             tune = subprocess.run(
                 [sys.executable, "-m", "streamremat", "tune", APP_SPEC, "--kafka-config",
