@@ -51,8 +51,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _kafka import bench_broker  # noqa: E402
+from _kafka import bench_broker, produce_fast  # noqa: E402
 from _peers_run import PARTITIONS, WINDOW_MS, Run, engine_windows, state_topics  # noqa: E402
+from aiokafka.partitioner import DefaultPartitioner  # noqa: E402
 from peers import peer_status, wait_group_empty  # noqa: E402
 
 from streamremat.runtime.kafka import (  # noqa: E402
@@ -74,13 +75,21 @@ def value(i: int, amount: int) -> bytes:
     return f'{{"amount":{amount},"page":"/p/{i % 50}","user":"u{i}"}}'.encode()
 
 
-def make_events(n_keys: int, start_ms: int, seed: int = 13) -> list[tuple[Any, ...]]:
-    """One event per key, shuffled, over the first 50 s of the window at ``start_ms``."""
+def make_events(n_keys: int, start_ms: int, seed: int = 13
+                ) -> dict[int, list[tuple[bytes, bytes, int]]]:
+    """One event per key, shuffled, over the first 50 s of the window at ``start_ms``,
+    by partition (the Java client's murmur2 of the key)."""
     rng = random.Random(seed)
     order = list(range(n_keys))
     rng.shuffle(order)
-    return [(json.dumps(f"u{k}").encode(), value(k, rng.randrange(1000)),
-             start_ms + i * 50_000 // n_keys, None, ()) for i, k in enumerate(order)]
+    parts = list(range(PARTITIONS))
+    partitioner = DefaultPartitioner()
+    rows: dict[int, list[tuple[bytes, bytes, int]]] = {p: [] for p in parts}
+    for i, k in enumerate(order):
+        key = json.dumps(f"u{k}").encode()
+        rows[partitioner(key, parts, parts)].append(
+            (key, value(k, rng.randrange(1000)), start_ms + i * 50_000 // n_keys))
+    return rows
 
 
 async def wait_checkpointed(run: Run, bootstrap: str, ends: dict[int, int],
@@ -113,13 +122,14 @@ async def one_engine(engine: str, bootstrap: str, args: argparse.Namespace) -> d
     events = make_events(args.keys, start)
     await create_topics(bootstrap, [TopicSpec(topic, PARTITIONS, {"retention.ms": "-1"})])
     t0 = time.monotonic()
-    await produce(bootstrap, topic, events, linger_ms=20)
-    print(f"[{engine}] produced {len(events):,} events in {time.monotonic() - t0:.1f} s",
+    n_events = await produce_fast(bootstrap, topic, events)
+    del events
+    print(f"[{engine}] produced {n_events:,} events in {time.monotonic() - t0:.1f} s",
           file=sys.stderr, flush=True)
     run = Run(engine, bootstrap, topic, group, args.work_dir / "state" / group,
               args.work_dir / "logs" / group, 0.5, args.checkpoint_interval)
     run.log_path.parent.mkdir(parents=True, exist_ok=True)
-    out: dict[str, Any] = {"keys": args.keys, "events": len(events)}
+    out: dict[str, Any] = {"keys": args.keys, "events": n_events}
     try:
         ends = await end_offsets(bootstrap, topic)
         run.start()
@@ -151,7 +161,7 @@ async def one_engine(engine: str, bootstrap: str, args: argparse.Namespace) -> d
             out["restored"] = {p: {"checkpoint_offset": o, "replayed": int(n),
                                    "replay_s": float(rs), "restore_s": float(ts), "from": src}
                                for p, o, n, rs, ts, src in found}
-        out["check"] = await check_counts(run, bootstrap, start, len(events) + args.tail)
+        out["check"] = await check_counts(run, bootstrap, start, n_events + args.tail)
     finally:
         run.kill()
         if not args.keep:

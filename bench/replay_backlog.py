@@ -147,6 +147,7 @@ async def one_layout(bootstrap: str, layout: str, n_keys: int, args: argparse.Na
         "seconds": {"live": round(live["seconds"], 3), "replay": round(replay["seconds"], 3),
                     "replay_restore": round(replay["restore_s"], 3)},
         "replay_per_partition": replay["per_partition"],
+        "live_breakdown": live["breakdown"],
     }
 
 
