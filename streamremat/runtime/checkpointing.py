@@ -44,6 +44,12 @@ def owner_epoch(visible_next_seq: int, committed_epoch: int | None) -> int:
     return max(visible, committed + 1)
 
 
+def _encode(task: Task, full: bool) -> tuple[bytes, int, int]:
+    """The snapshot and its gauges (counting the keys of millions of entries is not
+    free either), in the checkpoint's worker thread."""
+    return task.snapshot(full), task.open_windows(), task.open_keys()
+
+
 @dataclass
 class _Chain:
     """Where a task's checkpoint chain stands: the next seq, and when to write a full."""
@@ -125,7 +131,7 @@ class Checkpointer:
         for task, chain in zip(tasks, self.chains, strict=True):
             full = chain.next_is_full(self.settings.full_after_delta_ratio)
             try:
-                payload = await asyncio.to_thread(task.snapshot, full)
+                payload, open_windows, open_keys = await asyncio.to_thread(_encode, task, full)
             except Exception as exc:  # an aggregation's encode raised: skip, never crash
                 chain.base_seq = None  # the dirty set is gone: the next one must be full
                 self.sensor.on_checkpoint_failed(task.operator.name, self.partition, "encode")
@@ -168,8 +174,7 @@ class Checkpointer:
             kind = "full" if full else "delta"
             self.sensor.on_checkpoint(op, self.partition, elapsed, len(payload),
                                       "full" if full else "incremental")
-            self.sensor.on_open_windows(op, self.partition, task.open_windows(),
-                                        task.open_keys())
+            self.sensor.on_open_windows(op, self.partition, open_windows, open_keys)
             log.info(
                 "%s: checkpoint seq %d %s at offset %d: %d bytes in %.1f ms",
                 chain.task_id, seq, kind, frame.offset, len(payload), elapsed * 1000,
