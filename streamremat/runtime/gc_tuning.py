@@ -57,7 +57,11 @@ def freeze(collect: bool = True) -> None:
 def paused() -> Iterator[None]:
     """No automatic collection meanwhile (a restore building millions of objects):
     each old-generation collection would walk all of them while holding the GIL,
-    stalling the event loop whichever thread allocates. Nests; process-wide."""
+    stalling the event loop whichever thread allocates. Nests; process-wide.
+
+    While the tuning is on (``start``), what was built is frozen at the end,
+    before the collector runs again: else the first young collection after the
+    pause would walk all of it at once."""
     global _pauses
     if _pauses == 0:
         _pauses_enabled[0] = gc.isenabled()
@@ -67,8 +71,11 @@ def paused() -> Iterator[None]:
         yield
     finally:
         _pauses -= 1
-        if _pauses == 0 and _pauses_enabled[0]:
-            gc.enable()
+        if _pauses == 0:
+            if _users > 0:
+                gc.freeze()
+            if _pauses_enabled[0]:
+                gc.enable()
 
 
 def stop() -> None:

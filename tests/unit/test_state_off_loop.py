@@ -161,3 +161,16 @@ def test_gc_paused_nests_and_restores_the_collector() -> None:
         assert not gc.isenabled()  # a collector that was off stays off
     finally:
         gc.enable()
+
+
+def test_gc_paused_freezes_what_it_built_while_tuned() -> None:
+    gc.unfreeze()
+    gc_tuning.start()
+    try:
+        with gc_tuning.paused():
+            built = [[i] for i in range(1_000)]
+            assert gc.get_count()[0] >= len(built)  # all young: one collection would walk them
+        assert gc.get_freeze_count() >= len(built)  # frozen before the collector ran again
+    finally:
+        gc_tuning.stop()
+    assert gc.get_freeze_count() == 0
