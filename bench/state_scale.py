@@ -59,7 +59,7 @@ from streamremat.runtime.settings import CheckpointSettings
 from streamremat.state.frame import TaskId
 from streamremat.state.rocksdb import RocksDBCheckpointStore
 
-TICK_S = 0.002
+TICK_S = 0.01
 GOAL_STALL_MS = 200.0
 BASE_MS = 1_700_000_040_000  # a multiple of 60 s: every record below is in 2 hopping windows
 BATCH = 5_000

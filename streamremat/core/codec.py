@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
 import orjson
@@ -19,6 +20,13 @@ SORT_RUN = 32_768
 _K = TypeVar("_K", bytes, int)
 
 
+def in_runs(items: Iterable[_K], run: int = SORT_RUN) -> Iterator[list[_K]]:
+    """``items`` as lists of at most ``run`` (each list built by one short C call)."""
+    it = iter(items)
+    while chunk := list(itertools.islice(it, run)):
+        yield chunk
+
+
 def sorted_in_runs(items: Iterable[_K], run: int = SORT_RUN) -> list[_K]:
     """``sorted(items)``, without any single call over more than ``run`` items.
 
@@ -26,11 +34,9 @@ def sorted_in_runs(items: Iterable[_K], run: int = SORT_RUN) -> list[_K]:
     ``run`` keys merged by ``heapq.merge`` (Python between items) let a checkpoint
     that encodes in a worker thread hand the GIL back to the event loop every
     switch interval. Same order as ``sorted``, and no slower at that size."""
-    seq = list(items)
-    if len(seq) <= run:
-        seq.sort()
-        return seq
-    runs = [sorted(seq[i : i + run]) for i in range(0, len(seq), run)]
+    runs = [sorted(chunk) for chunk in in_runs(items, run)]
+    if len(runs) <= 1:
+        return runs[0] if runs else []
     return list(heapq.merge(*runs))
 
 
