@@ -158,6 +158,25 @@ def server_properties(config: BrokerConfig) -> dict[str, str]:
     return props
 
 
+def ports_in(data_dir: Path) -> tuple[int, int] | None:
+    """The client and controller ports of the broker configured in ``data_dir`` (from
+    its ``server.properties``), or None when no broker was ever started there."""
+    try:
+        text = (data_dir / "server.properties").read_text()
+    except OSError:
+        return None
+    ports: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith("listeners="):
+            for listener in line.removeprefix("listeners=").split(","):
+                name, _, address = listener.partition("://")
+                ports.setdefault("CONTROLLER" if name == "CONTROLLER" else "client",
+                                 int(address.rpartition(":")[2]))
+    if set(ports) != {"client", "CONTROLLER"}:
+        return None
+    return ports["client"], ports["CONTROLLER"]
+
+
 def render_properties(props: dict[str, str]) -> str:
     return "".join(f"{key}={value}\n" for key, value in props.items())
 

@@ -7,7 +7,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from streamremat.dev.broker import DEFAULT_PORT, KAFKA_VERSION, BrokerConfig, DevBroker
+from streamremat.dev.broker import (
+    DEFAULT_PORT,
+    KAFKA_VERSION,
+    BrokerConfig,
+    DevBroker,
+    ports_in,
+)
 from streamremat.dev.cluster import APP_USER, SECURITY, ClusterConfig, DevCluster
 from streamremat.dev.exceptions import DevBrokerError
 
@@ -27,7 +33,9 @@ def add_broker_commands(subparsers: argparse._SubParsersAction[argparse.Argument
         ("status", _status, "say whether the broker runs"),
     ):
         action = actions.add_parser(name, help=text, description=text)
-        action.add_argument("--port", type=int, default=DEFAULT_PORT, help="client port")
+        action.add_argument("--port", type=int, default=None,
+                            help=f"client port (default: that of the broker in --data-dir, "
+                                 f"else {DEFAULT_PORT})")
         action.add_argument(
             "--data-dir",
             type=Path,
@@ -44,13 +52,22 @@ def add_broker_commands(subparsers: argparse._SubParsersAction[argparse.Argument
 
 
 def broker_from_args(args: argparse.Namespace) -> DevBroker:
-    return DevBroker(BrokerConfig(port=args.port, data_dir=args.data_dir))
+    """Without --port, a --data-dir of a broker started before names its ports (so
+    ``stop --data-dir X`` stops, and says, the broker of X, not the default port's)."""
+    if args.port is None and args.data_dir is not None and (ports := ports_in(args.data_dir)):
+        return DevBroker(BrokerConfig(port=ports[0], controller_port=ports[1],
+                                      data_dir=args.data_dir))
+    return DevBroker(BrokerConfig(port=_port(args), data_dir=args.data_dir))
+
+
+def _port(args: argparse.Namespace) -> int:
+    return DEFAULT_PORT if args.port is None else int(args.port)
 
 
 def _cluster(args: argparse.Namespace) -> DevCluster | None:
     if args.nodes == 1 and args.security == "plaintext":
         return None  # the single dev broker, as before
-    return DevCluster(ClusterConfig(nodes=args.nodes, port=args.port, data_dir=args.data_dir,
+    return DevCluster(ClusterConfig(nodes=args.nodes, port=_port(args), data_dir=args.data_dir,
                                     security=args.security))
 
 

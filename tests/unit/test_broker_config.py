@@ -104,3 +104,16 @@ def test_a_cluster_id_starting_with_a_dash_formats(tmp_path: Path) -> None:
     broker.prepare()
     meta = (broker.config.log_dirs / "meta.properties").read_text()
     assert f"cluster.id={cluster_id}" in meta
+
+
+def test_cli_stop_by_data_dir_names_that_broker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``stop --data-dir X`` (no --port) is about the broker configured in X."""
+    port = free_port_pair()
+    DevBroker(BrokerConfig(port=port, data_dir=tmp_path / "kafka")).prepare()
+
+    code = main(["broker", "stop", "--data-dir", str(tmp_path / "kafka")])
+
+    assert code == 0
+    assert f"Kafka broker on 127.0.0.1:{port} was not running" in capsys.readouterr().out
