@@ -1,6 +1,8 @@
 """``streamremat demo``: the whole idea in one command, on a real broker.
 
-1. Start the dev broker unless ``STREAMREMAT_BOOTSTRAP`` names one.
+1. Start the dev broker unless a cluster is named (``--bootstrap``,
+   ``STREAMREMAT_BOOTSTRAP``, ``--kafka-config``): the demo and its worker then
+   connect with the same client settings (TLS, SASL) as ``streamremat worker``.
 2. Generate a click stream (current timestamps, 4 partitions).
 3. Run a worker (``operators.clicks``: clicks per user per minute, exactly-once).
 4. ``kill -9`` it half-way, restart it: it restores its checkpoints and replays
@@ -32,6 +34,8 @@ from streamremat.core.records import Record
 from streamremat.core.task import Task
 from streamremat.dev.broker import DEFAULT_PORT, BrokerConfig, DevBroker
 from streamremat.dev.exceptions import DevBrokerError
+from streamremat.runtime.client import KafkaClientConfig
+from streamremat.runtime.commands import add_kafka_client_arguments, client_config_from_args
 from streamremat.runtime.kafka import (
     ProducerRecord,
     TopicSpec,
@@ -54,9 +58,13 @@ def add_demo_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     demo = subparsers.add_parser(
         "demo",
         help="run a worker on a generated stream, kill -9 it, recover, verify the output",
-        description="Uses $STREAMREMAT_BOOTSTRAP if set, else starts the dev broker.",
+        description="Uses the cluster named by --bootstrap ($STREAMREMAT_BOOTSTRAP) or "
+                    "--kafka-config, else starts the dev broker.",
     )
     demo.add_argument("--port", type=int, default=DEFAULT_PORT, help="dev broker port")
+    demo.add_argument("--bootstrap", default=None, metavar="HOST:PORT[,...]",
+                      help="a running cluster instead of the dev broker")
+    add_kafka_client_arguments(demo)
     demo.add_argument("--events", type=int, default=200_000, help="events to generate")
     demo.add_argument("--users", type=int, default=1_000, help="distinct users (keys)")
     demo.add_argument("--seed", type=int, default=7)
@@ -64,16 +72,34 @@ def add_demo_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
 
 
 def _run(args: argparse.Namespace) -> int:
-    bootstrap = os.environ.get("STREAMREMAT_BOOTSTRAP")
-    if not bootstrap:
+    named = args.bootstrap or args.kafka_config or any(
+        os.environ.get(f"STREAMREMAT_{name}")
+        for name in ("BOOTSTRAP", "BOOTSTRAP_SERVERS", "KAFKA_CONFIG")
+    )
+    default_bootstrap = BrokerConfig(port=args.port).bootstrap
+    if not named:
         try:
             status = DevBroker(BrokerConfig(port=args.port)).start()
         except DevBrokerError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-        bootstrap = status.bootstrap
-        print(f"dev broker at {bootstrap} (stop it with `streamremat broker stop`)")
-    return asyncio.run(_demo(bootstrap, args.events, args.users, args.seed))
+        default_bootstrap = status.bootstrap
+        print(f"dev broker at {status.bootstrap} (stop it with `streamremat broker stop"
+              f"{'' if args.port == DEFAULT_PORT else f' --port {args.port}'}`)")
+    client = client_config_from_args(args, default_bootstrap)
+    return asyncio.run(_demo(client, _client_env(args), args.events, args.users, args.seed))
+
+
+def _client_env(args: argparse.Namespace) -> dict[str, str]:
+    """The demo's client flags for its worker, as the STREAMREMAT_<NAME> variables
+    the worker reads (a password never shows in the process list)."""
+    env = {f"STREAMREMAT_{name.upper()}": str(getattr(args, name)) for name in (
+        "security_protocol", "sasl_mechanism", "sasl_username", "sasl_password",
+        "ssl_cafile", "ssl_certfile", "ssl_keyfile",
+    ) if getattr(args, name) is not None}  # fmt: skip
+    if args.kafka_config is not None:
+        env["STREAMREMAT_KAFKA_CONFIG"] = str(args.kafka_config)
+    return env
 
 
 def _clicks(events: int, users: int, seed: int) -> list[ProducerRecord]:
@@ -94,9 +120,9 @@ def _clicks(events: int, users: int, seed: int) -> list[ProducerRecord]:
     return out
 
 
-async def _committed(bootstrap: str, group: str, topic: str) -> int:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
-                                enable_auto_commit=False)
+async def _committed(client: KafkaClientConfig, group: str, topic: str) -> int:
+    consumer = AIOKafkaConsumer(**client.consumer_kwargs(group_id=group,
+                                                         enable_auto_commit=False))
     await consumer.start()
     try:
         total = 0
@@ -107,12 +133,12 @@ async def _committed(bootstrap: str, group: str, topic: str) -> int:
         await consumer.stop()
 
 
-async def _wait_committed(bootstrap: str, group: str, topic: str, target: int,
+async def _wait_committed(client: KafkaClientConfig, group: str, topic: str, target: int,
                           worker: subprocess.Popen[bytes], timeout_s: float) -> int:
     deadline = time.monotonic() + timeout_s
     done = 0
     while time.monotonic() < deadline:
-        done = await _committed(bootstrap, group, topic)
+        done = await _committed(client, group, topic)
         if done >= target:
             return done
         if worker.poll() is not None:
@@ -121,11 +147,12 @@ async def _wait_committed(bootstrap: str, group: str, topic: str, target: int,
     raise TimeoutError(f"committed {done} of {target} records after {timeout_s:.0f} s")
 
 
-def _start_worker(bootstrap: str, run: str, state_dir: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, STREAMREMAT_DEMO_RUN=run)
+def _start_worker(client: KafkaClientConfig, client_env: dict[str, str], run: str,
+                  state_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, **client_env, STREAMREMAT_DEMO_RUN=run)
     cmd = [
         sys.executable, "-m", "streamremat", "worker", "streamremat.dev.demo_app:app",
-        "--bootstrap", bootstrap, "--state-dir", str(state_dir),
+        "--bootstrap", client.bootstrap_servers, "--state-dir", str(state_dir),
         "--checkpoint-policy", "fixed", "--checkpoint-interval", "30",
         "--checkpoint-records", "15000",
         "--commit-interval", "0.2", "--session-timeout-ms", "3000", "--max-batch", "2000",
@@ -150,7 +177,8 @@ def _expected(records: list[ProducerRecord]) -> collections.Counter[tuple[bytes 
     return expected
 
 
-async def _demo(bootstrap: str, events: int, users: int, seed: int) -> int:
+async def _demo(client: KafkaClientConfig, client_env: dict[str, str], events: int,
+                users: int, seed: int) -> int:
     run = uuid.uuid4().hex[:8]
     os.environ["STREAMREMAT_DEMO_RUN"] = run
     from streamremat.dev.demo_app import app, operator
@@ -160,22 +188,22 @@ async def _demo(bootstrap: str, events: int, users: int, seed: int) -> int:
     group = app.group_id
     print(f"demo {run}: {events:,} clicks by {users:,} users -> {operator.source} "
           f"({PARTITIONS} partitions); worker log {log}")
-    await create_topics(bootstrap, [TopicSpec(operator.source, PARTITIONS,
-                                              config={"retention.ms": "-1"})])
+    await create_topics(client, [TopicSpec(operator.source, PARTITIONS,
+                                           config={"retention.ms": "-1"})])
     records = _clicks(events, users, seed)
-    await produce(bootstrap, operator.source, records)
-    total = sum((await end_offsets(bootstrap, operator.source)).values())
+    await produce(client, operator.source, records)
+    total = sum((await end_offsets(client, operator.source)).values())
 
-    worker = _start_worker(bootstrap, run, state_dir, log)
+    worker = _start_worker(client, client_env, run, state_dir, log)
     try:
-        done = await _wait_committed(bootstrap, group, operator.source, total // 2, worker, 120)
+        done = await _wait_committed(client, group, operator.source, total // 2, worker, 120)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         print(f"kill -9 the worker after {done:,} of {total:,} records were committed")
         mark = log.stat().st_size
         started = time.monotonic()
-        worker = _start_worker(bootstrap, run, state_dir, log)
-        await _wait_committed(bootstrap, group, operator.source, total, worker, 300)
+        worker = _start_worker(client, client_env, run, state_dir, log)
+        await _wait_committed(client, group, operator.source, total, worker, 300)
         caught_up = time.monotonic() - started
     finally:
         if worker.poll() is None:
@@ -196,7 +224,7 @@ async def _demo(bootstrap: str, events: int, users: int, seed: int) -> int:
     expected = _expected(records)
     got = collections.Counter(
         (r.key, r.value or b"")
-        for r in await consume_all(bootstrap, operator.sink, isolation_level="read_committed")
+        for r in await consume_all(client, operator.sink, isolation_level="read_committed")
     )
     missing, extra = expected - got, got - expected
     if missing or extra:

@@ -214,6 +214,22 @@ async def test_loadgen_produces_through_the_config_file(
         await delete_topics(secure_cluster.client("admin"), [topic])
 
 
+def test_demo_runs_on_the_secured_cluster_through_the_config_file(
+    secure_cluster: DevCluster, tmp_path: Path
+) -> None:
+    """The demo's own clients and its worker connect with the worker's settings."""
+    config = readme_config(secure_cluster, tmp_path / "secured.properties")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMREMAT_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "streamremat", "demo", "--kafka-config", str(config),
+         "--events", "4000", "--users", "100"],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "dev broker" not in done.stdout  # none started: the config names the cluster
+    assert "OK: " in done.stdout, done.stdout
+
+
 async def test_existing_topic_with_fewer_replicas_is_named_in_a_warning(
     secure_cluster: DevCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
