@@ -17,7 +17,9 @@ windows = ``size`` entries. A growing-state aggregation (``Collect("amount")``,
 * stall: a ticker coroutine sleeps ``TICK_S`` in a loop while each of those runs on
   the same event loop; the longest gap between two of its wake-ups, minus the
   sleep, is the longest time anything else on the loop (heartbeats, commits,
-  other partitions) would have waited. ``ticks`` is how many times it ran.
+  other partitions) would have waited. ``ticks`` is how many times it ran, and
+  ``*_stalls_at`` where the other threads were when the loop got going again
+  after its longest stalls (``StallSampler``): a profile of the stalls.
 
 Usage::
 
@@ -38,7 +40,9 @@ import platform
 import pstats
 import sys
 import tempfile
+import threading
 import time
+import traceback
 import tracemalloc
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -107,30 +111,78 @@ def fill(op: Operator, n_keys: int, per_key: int) -> tuple[Task, int]:
     return task, used
 
 
-async def with_ticker(work: Callable[[], Awaitable[T]]) -> tuple[T, float, float, int]:
-    """Run ``work`` beside a ticker; (its result, seconds, longest stall ms, ticks)."""
+class StallSampler:
+    """Where the time went during a stall: a thread that wakes every few ms and,
+    once the loop has not ticked for ``SAMPLE_AFTER_S``, records the innermost
+    frames of every other thread. It needs the GIL too, so it runs as soon as
+    whoever held it lets go: the lines it sees are the ones just after the long
+    call (a C call in the worker thread, or a blocking one on the loop)."""
+
+    SAMPLE_AFTER_S = 0.05
+
+    def __init__(self) -> None:
+        self.last_tick = time.monotonic()
+        self.samples: list[tuple[float, list[str]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> StallSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        sampled_tick = -1.0
+        while not self._stop.wait(0.005):
+            gap = time.monotonic() - self.last_tick
+            if gap > self.SAMPLE_AFTER_S and sampled_tick != self.last_tick:
+                sampled_tick = self.last_tick
+                where = []
+                for ident, frame in sys._current_frames().items():
+                    if ident == me:
+                        continue
+                    stack = traceback.extract_stack(frame)[-3:]
+                    where.append(" < ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}"
+                                            for f in reversed(stack)))
+                self.samples.append((gap, where))
+
+    def longest(self, n: int = 3) -> list[dict[str, Any]]:
+        top = sorted(self.samples, key=lambda s: -s[0])[:n]
+        return [{"seen_after_ms": round(gap * 1000), "threads": where} for gap, where in top]
+
+
+async def with_ticker(work: Callable[[], Awaitable[T]]
+                      ) -> tuple[T, float, float, int, list[dict[str, Any]]]:
+    """Run ``work`` beside a ticker; (its result, seconds, longest stall ms, ticks,
+    where the longest stalls were)."""
     loop = asyncio.get_running_loop()
     done = asyncio.Event()
     gaps: list[float] = []
 
-    async def tick() -> None:
-        last = loop.time()
-        while not done.is_set():
-            await asyncio.sleep(TICK_S)
-            now = loop.time()
-            gaps.append(now - last - TICK_S)
-            last = now
+    with StallSampler() as sampler:
+        async def tick() -> None:
+            last = loop.time()
+            while not done.is_set():
+                await asyncio.sleep(TICK_S)
+                now = loop.time()
+                sampler.last_tick = time.monotonic()
+                gaps.append(now - last - TICK_S)
+                last = now
 
-    ticker = asyncio.create_task(tick())
-    await asyncio.sleep(0)  # the ticker is waiting before the work starts
-    started = time.perf_counter()
-    try:
-        result = await work()
-    finally:
-        seconds = time.perf_counter() - started
-        done.set()
-        await ticker
-    return result, seconds, max(gaps, default=0.0) * 1000, len(gaps)
+        ticker = asyncio.create_task(tick())
+        await asyncio.sleep(0)  # the ticker is waiting before the work starts
+        started = time.perf_counter()
+        try:
+            result = await work()
+        finally:
+            seconds = time.perf_counter() - started
+            done.set()
+            await ticker
+    return result, seconds, max(gaps, default=0.0) * 1000, len(gaps), sampler.longest()
 
 
 def _profiled(prof: cProfile.Profile | None, fn: Callable[[], Awaitable[T]]
@@ -166,7 +218,7 @@ async def measure(op: Operator, n_keys: int, per_key: int, entries_hint: int,
         gc_tuning.start()  # as the worker runs: raised young threshold, frozen start-up
         try:
             prof = cProfile.Profile() if profile == "checkpoint" else None
-            _, write_s, write_stall, write_ticks = await with_ticker(
+            _, write_s, write_stall, write_ticks, write_where = await with_ticker(
                 _profiled(prof, lambda: ck.write(tasks, position, clean=False)))
             if prof is not None:
                 pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
@@ -177,7 +229,7 @@ async def measure(op: Operator, n_keys: int, per_key: int, entries_hint: int,
             gc.collect()
             stage = Stage(op.name, StageKind.WINDOW, "in", op)
             prof = cProfile.Profile() if profile == "restore" else None
-            restored, restore_s, restore_stall, restore_ticks = await with_ticker(
+            restored, restore_s, restore_stall, restore_ticks, restore_where = await with_ticker(
                 _profiled(prof, lambda: restore_stages(TopicPartition("in", 0), [stage],
                                                        position, 0, local, None, Sensor())))
             if prof is not None:
@@ -187,7 +239,7 @@ async def measure(op: Operator, n_keys: int, per_key: int, entries_hint: int,
 
             async def freeze() -> None:
                 gc_tuning.freeze(collect=False)  # as the worker does after a restore
-            _, freeze_s, freeze_stall, _ = await with_ticker(freeze)
+            _, freeze_s, freeze_stall, _, _ = await with_ticker(freeze)
         finally:
             gc_tuning.stop()
             await local.close()
@@ -197,6 +249,7 @@ async def measure(op: Operator, n_keys: int, per_key: int, entries_hint: int,
         restore_s=round(restore_s, 3), restore_stall_ms=round(restore_stall, 1),
         restore_ticks=restore_ticks,
         freeze_after_restore_s=round(freeze_s, 3), freeze_stall_ms=round(freeze_stall, 1),
+        checkpoint_stalls_at=write_where, restore_stalls_at=restore_where,
     )
     return row
 
