@@ -17,7 +17,9 @@ windows = ``size`` entries. A growing-state aggregation (``Collect("amount")``,
 * stall: a ticker coroutine sleeps ``TICK_S`` in a loop while each of those runs on
   the same event loop; the longest gap between two of its wake-ups, minus the
   sleep, is the longest time anything else on the loop (heartbeats, commits,
-  other partitions) would have waited. ``ticks`` is how many times it ran, and
+  other partitions) would have waited (``idle_loop_stall_ms``: the same with
+  nothing else running, what the machine's load alone costs). ``ticks`` is how
+  many times it ran, and
   ``*_stalls_at`` where the other threads were when the loop got going again
   after its longest stalls (``StallSampler``): a profile of the stalls.
 
@@ -268,6 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [20_000] if args.small else [int(s) for s in args.sizes.split(",")]
     collect_size = 2_000 if args.small else args.collect_size
     rows: dict[str, Any] = {}
+    # The control: the same ticker with nothing else running. On a loaded machine
+    # the OS alone delays the loop's wake-ups by this much.
+    idle_s = 1.0 if args.small else 10.0
+    idle_stall = asyncio.run(with_ticker(lambda: asyncio.sleep(idle_s)))[2]
+    print(f"idle loop {idle_s:.0f} s: longest stall {idle_stall:.1f} ms", flush=True)
     for size in sizes:
         row = asyncio.run(measure(count_sum_op(), size // 2, 1, size // 2 * 2, args.profile))
         rows[f"count_sum_{size}"] = row
@@ -283,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "memory": "tracemalloc",
         "tick_s": TICK_S,
+        "idle_loop_stall_ms": round(idle_stall, 1),
         "runs": rows,
         "worst_stall_ms": worst,
         "goal_stall_ms": GOAL_STALL_MS,
