@@ -22,7 +22,8 @@ record on the partition Kafka's default partitioner would pick.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,22 @@ from streamremat.core.repartition import Repartitioner
 from streamremat.core.task import Task
 from streamremat.core.topology import Stage, StageKind, compile_app
 from streamremat.runtime.outputs import partition_for, to_records
+from streamremat.tuning.remat import PlanInputs, Rematerialize, RematPlan, WindowCandidate, plan
+
+#: A test's own plan: (operator, partition, the task's open groups) -> the groups
+#: (close times) to write as recompute.
+ChoosePlan = Callable[[str, int, list[WindowCandidate]], Iterable[int]]
+
+
+def driver_plan_inputs(checkpoint_offset: int) -> PlanInputs:
+    """What the driver's planner sees by default: nothing measured (no replay
+    rate, no byte cost, no RTO, unlimited retention), so ``"auto"`` stores every
+    group and ``"recompute"`` recomputes every group it can."""
+    return PlanInputs(
+        checkpoint_offset=checkpoint_offset, byte_cost_s=0.0, interval_s=1.0,
+        failure_rate_per_s=0.0, replay_rate_eps=None, replay_rate_low_eps=None,
+        ingest_rate_eps=0.0, downtime_p90_s=0.0, worst_backlog_records=0.0, rto_s=math.inf,
+    )
 
 #: Replay feeds records in batches of this size, unlike live sends (one at a time),
 #: so every recovery also checks that batching never changes results.
@@ -109,11 +126,19 @@ class TestDriver:
 
     Every topic has ``partitions`` partitions (a repartition topic: its operator's
     ``repartition_partitions`` if set), as the worker creates them.
+
+    Each checkpoint runs the rematerialization planner per task, as the worker
+    does, on ``plan_inputs(checkpoint offset)`` (default ``driver_plan_inputs``)
+    and the operator's ``rematerialize``; the plans are in ``last_plans``.
+    ``checkpoint(choose=...)`` imposes a test's own plan instead.
     """
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, app_or_operator: App | Operator, partitions: int = 1) -> None:
+    def __init__(
+        self, app_or_operator: App | Operator, partitions: int = 1, *,
+        plan_inputs: Callable[[int], PlanInputs] = driver_plan_inputs,
+    ) -> None:
         if partitions < 1:
             raise ValueError("partitions must be >= 1")
         self.topology = compile_app(app_or_operator)
@@ -134,6 +159,9 @@ class TestDriver:
                        for p in range(counts[t])}
         self._internal = self.topology.internal
         self._chains: dict[tuple[str, int], _Checkpoint] = {}
+        self.plan_inputs = plan_inputs
+        #: (operator, partition) -> the plan of its newest checkpoint
+        self.last_plans: dict[tuple[str, int], RematPlan] = {}
         self._crashed = False
         self._emitted: list[Emission] = []
         self._dead: list[DriverDeadLetter] = []
@@ -250,13 +278,15 @@ class TestDriver:
 
     # -- faults -----------------------------------------------------------------
 
-    def checkpoint(self, partition: int | None = None) -> None:
+    def checkpoint(self, partition: int | None = None, *, choose: ChoosePlan | None = None) -> None:
         """Checkpoint every windowed task of ``partition`` (all partitions when None).
 
         The first checkpoint of a task is a full snapshot, later ones are deltas
         on top of it, as in the worker. Repartition stages keep no state. A task
         whose aggregation's ``encode`` raises is not checkpointed (its previous
-        checkpoint stays), as in the worker; the next one that succeeds is full."""
+        checkpoint stays), as in the worker; the next one that succeeds is full.
+        The groups written as recompute are the planner's, or ``choose``'s (a group
+        whose first offset is unknown is stored whatever it says)."""
         if self._crashed:
             raise RuntimeError("cannot checkpoint while crashed; call recover() first")
         for (_, p), part in self._parts.items():
@@ -268,8 +298,9 @@ class TestDriver:
                     continue
                 chain = self._chains.get((task.operator.name, p))
                 full = chain is None or chain.needs_full
+                recompute = self._plan(task, p, part.tasks.position, choose)
                 try:
-                    payload = task.snapshot(full=full)
+                    payload = task.snapshot(full=full, recompute=recompute)
                 except Exception:  # an encode raised: skipped, as the worker does
                     if chain is not None:
                         chain.needs_full = True
@@ -280,6 +311,14 @@ class TestDriver:
                     chain.payloads.clear()
                 chain.payloads.append(payload)
                 chain.offset, chain.needs_full = part.tasks.position, False
+
+    def _plan(self, task: Task, p: int, offset: int, choose: ChoosePlan | None) -> set[int]:
+        groups = [WindowCandidate(*g) for g in task.groups()]
+        if choose is not None:
+            return set(choose(task.operator.name, p, groups))
+        chosen = plan(self.plan_inputs(offset), groups, Rematerialize(task.operator.rematerialize))
+        self.last_plans[(task.operator.name, p)] = chosen
+        return set(chosen.recompute)
 
     def crash(self) -> None:
         """Lose all in-memory state; checkpoints and the records sent survive."""

@@ -8,9 +8,10 @@ times, so closing visits only the keys with something due. See
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
+from streamremat.core import session_refold
 from streamremat.core.aggregators import Aggregator
 from streamremat.core.codec import (
     read_bytes,
@@ -22,8 +23,15 @@ from streamremat.core.codec import (
     write_uvarint,
 )
 from streamremat.core.exceptions import StateFormatError, reason_of
-from streamremat.core.records import FailedResult, WindowResult
-from streamremat.core.window_state import Failure, WindowState, results_or_failures
+from streamremat.core.records import FailedResult, SourceRecord, WindowResult
+from streamremat.core.session_refold import merge_sessions
+from streamremat.core.window_state import (
+    SIZE_SAMPLE,
+    Failure,
+    Group,
+    WindowState,
+    results_or_failures,
+)
 
 
 class _KeyedHeapState(WindowState):
@@ -102,16 +110,33 @@ class _KeyedHeapState(WindowState):
 
 
 class SessionState(_KeyedHeapState):
-    """Session windows: per key, a list of ``[first, last, acc]`` sorted by first."""
+    """Session windows: per key, a list of ``[first, last, acc, o, st]`` sorted by
+    first: its time span, accumulator, the offset of its first record (-1:
+    unknown) and the stream time just after that record (a merged session takes
+    the earliest first record's). A group is every session with one close time
+    ``last + gap + 1 + grace``.
+
+    Recomputing a session (``core/session_refold.py``) replays the session logic
+    from the earliest pending session's first record, with stream time restarted
+    at ``st`` and the records whose fold raised (``failed_offsets``) left out, so
+    stream time, lateness and merges are what the failure-free run had.
+    """
 
     def __init__(self, agg: Aggregator, gap_ms: int, grace_ms: int) -> None:
         super().__init__(agg)
         self.gap = gap_ms
         self.grace = grace_ms
         self.sessions: dict[bytes, list[list[Any]]] = {}
+        #: offsets of records whose fold raised: they moved no stream time
+        self.failed_offsets: list[int] = []
+        #: per key, the first times of its sessions the last encode wrote as recompute
+        self._recomputed: dict[bytes, frozenset[int]] = {}
+        #: the replay rebuilding the pending sessions (``session_refold.Refold``)
+        self.refolding: Any = None
 
     def add_batch(
-        self, keys: list[bytes], times: list[int], items: list[Any], failed: list[Failure]
+        self, srcs: list[SourceRecord], keys: list[bytes], times: list[int], items: list[Any],
+        failed: list[Failure],
     ) -> list[int]:
         st, gap, grace = self.stream_time, self.gap, self.grace
         reach = gap + 1 + grace  # close time = last + reach
@@ -133,7 +158,7 @@ class SessionState(_KeyedHeapState):
                         st = now
                         late.append(i)
                         continue
-                    new = [t, t, add(zero(), items[i])]
+                    new = [t, t, add(zero(), items[i]), srcs[i].offset, now]
                     if mine is None:
                         sessions[key] = [new]
                     else:
@@ -143,8 +168,9 @@ class SessionState(_KeyedHeapState):
                 else:
                     merged = touching[0]
                     for other in touching[1:]:
-                        merged = [merged[0], max(merged[1], other[1]), merge(merged[2], other[2])]
-                    merged = [min(merged[0], t), max(merged[1], t), add(merged[2], items[i])]
+                        merged = merge_sessions(merged, other, merge)
+                    merged = [min(merged[0], t), max(merged[1], t), add(merged[2], items[i]),
+                              merged[3], merged[4]]
                     assert mine is not None
                     kept = [s for s in mine if not any(s is x for x in touching)]
                     kept.append(merged)
@@ -152,11 +178,21 @@ class SessionState(_KeyedHeapState):
                     sessions[key] = kept
             except Exception as exc:
                 failed.append((i, reason_of(exc)))
+                self._failed_fold(srcs[i].offset, key, touching)
                 continue
             st = now
             dirty.add(key)
         self.stream_time = st
         return late
+
+    def _failed_fold(self, offset: int, key: bytes, touching: list[list[Any]]) -> None:
+        """A fold raised: the record moved no stream time (the replay must skip it
+        too), and what it did to the sessions it touched can't be replayed."""
+        self.failed_offsets.append(offset)
+        for s in touching:
+            s[3] = -1
+        if touching:
+            self.dirty.add(key)
 
     def close(self, failed: list[FailedResult]) -> list[WindowResult]:
         st, reach = self.stream_time, self.gap + 1 + self.grace
@@ -183,23 +219,59 @@ class SessionState(_KeyedHeapState):
             return results_or_failures(result, [(k, s[0], s[1], s[2]) for _, _, k, s in closed],
                                        failed)
 
-    def encode(self, full: bool) -> bytes:
-        return self._encode_lists(full, self.sessions)
+    def encode(self, full: bool, recompute: Collection[int] = ()) -> bytes:
+        return session_refold.encode_sessions(self, full, recompute)
 
-    def apply(self, body: bytes) -> None:
-        self._apply_lists(body, self.sessions, lambda a, b, acc: [a, b, acc])
+    def apply(self, body: bytes, version: int) -> None:
+        session_refold.apply_sessions(self, body, version)
 
     def after_restore(self) -> None:
         self._rebuild_due()
         st, reach = self.stream_time, self.gap + 1 + self.grace
+        recomputed: dict[bytes, frozenset[int]] = {}
         for key in list(self.sessions):
             keep = [s for s in self.sessions[key] if s[1] + reach > st]
             if keep:
                 self.sessions[key] = keep
                 self._register(key, min(s[1] for s in keep) + reach)
+                pending = frozenset(s[0] for s in keep if s[2] is session_refold.PENDING)
+                if pending:
+                    recomputed[key] = pending
             else:
                 del self.sessions[key]
         self.dirty = set()
+        self._recomputed = recomputed
+        self.refolding = session_refold.Refold.start(self) if recomputed else None
+
+    def groups(self) -> list[Group]:
+        reach, encode, pending = self.gap + 1 + self.grace, self.agg.encode, session_refold.PENDING
+        exact = self.exact_sizes
+        sample = 0
+        size = 0
+        out: list[Group] = []
+        for key, mine in self.sessions.items():
+            for s in mine:
+                if s[2] is pending:
+                    continue
+                if exact or sample < SIZE_SAMPLE:
+                    size = len(encode(s[2])) + len(key) + 8
+                    sample += 1
+                out.append((s[1] + reach, size, s[3] if s[3] >= 0 else None))
+        return out
+
+    def refold_start(self) -> tuple[int, int] | None:
+        return None if self.refolding is None else self.refolding.start_at
+
+    def refold(
+        self, srcs: list[SourceRecord], keys: list[bytes], times: list[int], items: list[Any]
+    ) -> None:
+        if self.refolding is not None:
+            self.refolding.feed(self, srcs, keys, times, items)
+
+    def finish_refold(self, exact: bool = True) -> None:
+        if self.refolding is not None:
+            self.refolding.finish(self, exact)
+            self.refolding = None
 
     def open_windows(self) -> int:
         return sum(len(s) for s in self.sessions.values())
@@ -228,7 +300,8 @@ class SlidingState(_KeyedHeapState):
         self.buffers: dict[bytes, list[tuple[int, int, Any]]] = {}
 
     def add_batch(
-        self, keys: list[bytes], times: list[int], items: list[Any], failed: list[Failure]
+        self, srcs: list[SourceRecord], keys: list[bytes], times: list[int], items: list[Any],
+        failed: list[Failure],
     ) -> list[int]:
         st, size, grace = self.stream_time, self.size, self.grace
         add, zero = self.agg.add, self.agg.zero
@@ -326,10 +399,12 @@ class SlidingState(_KeyedHeapState):
             if c > st
         )
 
-    def encode(self, full: bool) -> bytes:
+    def encode(self, full: bool, recompute: Collection[int] = ()) -> bytes:
+        # Always stored: one entry per record, so recomputing one would save only
+        # that record's own item (``groups`` is empty: the planner has nothing to do).
         return self._encode_lists(full, self.buffers)
 
-    def apply(self, body: bytes) -> None:
+    def apply(self, body: bytes, version: int) -> None:
         self._apply_lists(body, self.buffers, lambda a, b, acc: (a, b, acc))
 
     def after_restore(self) -> None:

@@ -16,6 +16,9 @@ from streamremat.core.windows import Window
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,100}$")
 
+#: The values of ``Operator.rematerialize`` (``tuning.remat.Rematerialize``).
+REMATERIALIZE = ("auto", "store", "recompute")
+
 
 @dataclass(frozen=True, slots=True)
 class Step:
@@ -60,6 +63,14 @@ class Operator:
 
     Chaining: an operator whose ``source`` is another operator's ``sink`` in the
     same App reads that operator's results (``source=upstream.sink``).
+
+    ``rematerialize``: what a checkpoint does with each group of open windows
+    (DESIGN §9, ``docs/rematerialization.md``): ``"auto"`` (default) lets the
+    planner choose per group, at each checkpoint, between storing its
+    accumulators and recomputing it by replay after a failure; ``"store"``
+    always stores (the behaviour before plans); ``"recompute"`` recomputes every
+    group it safely can (a group whose first offset is unknown or outside
+    retention is still stored).
     """
 
     name: str
@@ -79,6 +90,7 @@ class Operator:
     co_partitioned: bool = False
     repartition_partitions: int | None = None
     dead_letter: str | None = None
+    rematerialize: str = "auto"
     aggregator: Aggregator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -104,6 +116,11 @@ class Operator:
             raise ConfigError(
                 f"operator {self.name!r}: window must be Tumbling, Hopping, Sliding or Session, "
                 f"got {self.window!r}"
+            )
+        if self.rematerialize not in REMATERIALIZE:
+            raise ConfigError(
+                f"operator {self.name!r}: rematerialize={self.rematerialize!r} is not one of "
+                f"{', '.join(map(repr, REMATERIALIZE))}"
             )
         agg = as_aggregator(self.aggregate)
         if self.value_fields is not None:

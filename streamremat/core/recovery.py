@@ -26,6 +26,7 @@ __all__ = [
     "PartitionTasks",
     "Restore",
     "TaskRestore",
+    "replay_start",
     "restore_task",
 ]
 
@@ -81,17 +82,39 @@ def restore_task(
     return TaskRestore(task, outcome, error)
 
 
-class PartitionTasks:
-    """The tasks of one source partition, from recovery on.
+def replay_start(task: Task | Repartitioner) -> int:
+    """Where a task's replay starts: its checkpoint offset ``c``, or ``o_min`` (the
+    earliest first offset of the groups its checkpoint wrote as recompute)."""
+    nxt = task.next_offset or 0
+    start = task.refold_from if isinstance(task, Task) else None
+    return nxt if start is None else min(start, nxt)
 
-    The replay covers ``[start, replay_until)``: the smallest task offset up to
-    the committed offset, whose outputs were committed before. It advances state
-    and emits nothing; a record all of whose windows close by the stream time at
-    the committed offset (the horizon) is skipped undecoded. From
-    ``replay_until`` on the tasks are live. Tasks of one partition may restore
-    to different offsets; each skips the records it has already seen. A
-    repartition stage (stateless) starts at the committed offset: it forwarded
-    everything below it, so the replay passes it by.
+
+class PartitionTasks:
+    """The tasks of one source partition, from recovery on (DESIGN §6, §9).
+
+    The recovery protocol, per task restored from a checkpoint at ``c``
+    (``process`` runs it as records arrive):
+
+    1. The replay starts at the smallest ``replay_start`` of the tasks: ``c``, or
+       ``o_min`` when the checkpoint wrote groups as *recompute* (their first
+       offset instead of their accumulators; every other window is restored).
+    2. Records in ``[o_min, c)`` feed only the recompute groups (``Task.refold``):
+       for sessions with the stream time the failure-free run had there, leaving
+       out the records whose fold raised then; nothing else of the state moves.
+    3. When the replay reaches ``c`` the rebuilt groups are installed
+       (``Task.finish_refold``, which checks they start where the checkpoint says
+       and that stream time came out the same): the state is byte-identical to
+       the failure-free run's at ``c``.
+    4. ``[c, replay_until)``: replay as without a plan: state advances and
+       nothing is emitted; ``replay_until`` is the committed offset, whose
+       outputs were committed before. A record all of whose windows close by the
+       stream time at the committed offset (the horizon) is skipped undecoded.
+    5. From ``replay_until`` on the tasks are live.
+
+    Tasks of one partition may restore to different offsets; each skips the
+    records it has already seen. A repartition stage (stateless) starts at the
+    committed offset: it forwarded everything below it, so the replay passes it by.
     """
 
     def __init__(
@@ -103,7 +126,9 @@ class PartitionTasks:
         self.tasks = list(tasks)
         #: per operator, the stream time at the committed offset
         self.horizons = dict(horizons)
-        self.start = min((t.next_offset or 0 for t in self.tasks), default=0)
+        self.start = min((replay_start(t) for t in self.tasks), default=0)
+        #: records of a recompute range were skipped (a retention gap under ``reset``)
+        self._lossy = False
         #: the next offset to process: what a commit now would store
         self.position = self.start
         self.replay_until = self.start if committed is None else max(committed, self.start)
@@ -135,13 +160,17 @@ class PartitionTasks:
             if split:
                 replay = records[:split]
                 for task in self.tasks:
+                    if isinstance(task, Task) and task.refold_from is not None:
+                        self._refold(task, replay)
                     task.process(_unseen(task, replay), emit=False,
                                  horizon_ms=self.horizons.get(task.operator.name))
                 self.position = replay[-1].offset + 1
+                self._finish_refolds()
             records = records[split:]
             if not records:
                 return []
             self.position = k
+            self._finish_refolds()
         decoded = self._decode_shared(records)
         outputs: list[tuple[Task | Repartitioner, BatchOutput]] = [
             (task, task.process(_unseen(task, records), decoded=decoded.get(id(task))))
@@ -150,6 +179,23 @@ class PartitionTasks:
         ]
         self.position = records[-1].offset + 1
         return outputs
+
+    def _refold(self, task: Task, records: Sequence[SourceRecord]) -> None:
+        """Step 2: the records below the task's checkpoint offset go to its recompute
+        groups; step 3 once the records reach the checkpoint offset."""
+        c = task.next_offset or 0
+        cut = bisect.bisect_left(records, c, key=_offset)
+        if cut:
+            task.refold(records[:cut])
+        if cut < len(records):
+            task.finish_refold(exact=not self._lossy)
+
+    def _finish_refolds(self) -> None:
+        """Step 3 for tasks whose checkpoint offset the position has reached."""
+        for task in self.tasks:
+            if (isinstance(task, Task) and task.refold_from is not None
+                    and self.position >= (task.next_offset or 0)):
+                task.finish_refold(exact=not self._lossy)
 
     def _decode_shared(self, records: Sequence[SourceRecord]) -> dict[int, dict[int, Any]]:
         """Per task (by id), the values of ``records`` decoded once for every task
@@ -175,15 +221,20 @@ class PartitionTasks:
     def skip_to(self, offset: int) -> None:
         """Go on at ``offset``: the source no longer has the offsets below it (a
         retention gap the worker's policy skips). A replay that ends below it is over."""
+        if offset > self.position:
+            self._lossy = self._lossy or any(
+                isinstance(t, Task) and t.refold_from is not None for t in self.tasks)
         self.position = max(self.position, offset)
         for task in self.tasks:
             task.next_offset = max(task.next_offset or 0, offset)
+        self._finish_refolds()
 
     def reached(self, position: int) -> None:
         """The source has nothing more below ``position`` (e.g. only transaction
         markers were left below the committed offset): a replay there is over."""
         if self.position < self.replay_until <= position:
             self.position = self.replay_until
+            self._finish_refolds()
 
     def stream_times(self) -> dict[str, int]:
         """Each task's stream time: committed with the offset, it is the horizon of

@@ -8,7 +8,7 @@ and byte-identical encoded state, however the records are split into batches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import xxhash
@@ -24,11 +24,21 @@ from streamremat.core.exceptions import StateFormatError, reason_of
 from streamremat.core.keyed_state import SessionState, SlidingState
 from streamremat.core.operator import Operator
 from streamremat.core.records import BatchOutput, DeadLetter, LateRecord, SourceRecord
-from streamremat.core.window_state import NO_TIME, Failure, FixedWindowState, WindowState
+from streamremat.core.remat_state import grows
+from streamremat.core.window_state import (
+    NO_TIME,
+    Failure,
+    FixedWindowState,
+    Group,
+    WindowState,
+)
 from streamremat.core.windows import Hopping, Session, Sliding, Tumbling, Window
 
 STATE_MAGIC = b"SRS"
-STATE_VERSION = 1
+#: 2: per group first offsets and recompute groups (DESIGN §9); 1 still restores,
+#: with every first offset unknown (so every group restored from it is stored)
+STATE_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 FULL = b"F"
 DELTA = b"D"
 
@@ -50,6 +60,7 @@ class Task:
         self.operator = operator
         self.partition = partition
         self.state = _window_state(operator.window, operator.aggregator)
+        self.state.exact_sizes = grows(operator.aggregator)
         #: the next source offset to read: the offset a checkpoint taken now restores to.
         self.next_offset: int | None = None
         self._fingerprint = state_fingerprint(operator)
@@ -101,7 +112,7 @@ class Task:
                 ]
         srcs, keys, times, items = self._prepare(records, out.dead_letters, decoded)
         failed: list[Failure] = []
-        late = self.state.add_batch(keys, times, items, failed)
+        late = self.state.add_batch(srcs, keys, times, items, failed)
         results = self.state.close(out.failed)
         self.next_offset = next_offset
         if not emit:
@@ -176,11 +187,15 @@ class Task:
 
     # -- checkpoints -----------------------------------------------------------
 
-    def snapshot(self, full: bool) -> bytes:
+    def snapshot(self, full: bool, recompute: Collection[int] = ()) -> bytes:
         """Encode the state for a checkpoint: all of it, or only what changed since
         the previous snapshot (dirty accumulators; closed windows are implied by
         stream time). Either way the dirty set is reset, so after a failed write
-        the next checkpoint must be full."""
+        the next checkpoint must be full.
+
+        ``recompute``: the groups (close times, ``groups``) of a plan written as
+        their first offset instead of their accumulators; ``replay_from`` then
+        tells where a recovery from this snapshot starts its replay."""
         out = bytearray(STATE_MAGIC)
         out.append(STATE_VERSION)
         out += FULL if full else DELTA
@@ -188,8 +203,43 @@ class Task:
         write_svarint(out, self.state.stream_time)
         write_svarint(out, self.state.closed_through)
         write_uvarint(out, 0 if self.next_offset is None else self.next_offset + 1)
-        out += self.state.encode(full)
+        out += self.state.encode(full, recompute)
         return bytes(out)
+
+    @property
+    def replay_from(self) -> int | None:
+        """The smallest first offset the last snapshot wrote as recompute (None:
+        it stored everything): a replay after restoring it starts there."""
+        return self.state.last_replay_from
+
+    def groups(self) -> list[Group]:
+        """The open groups for the planner: (close time, encoded bytes, first offset)."""
+        return self.state.groups()
+
+    # -- recomputing the groups a checkpoint did not store -------------------------
+
+    @property
+    def refold_from(self) -> int | None:
+        """After a restore with recompute groups: the offset their replay starts at."""
+        start = self.state.refold_start()
+        return None if start is None else start[0]
+
+    def refold(self, records: Sequence[SourceRecord]) -> None:
+        """Replay records of ``[refold_from, next_offset)`` into the recompute groups
+        only (the other windows were restored). Nothing is emitted."""
+        start = self.refold_from
+        if start is not None and records and records[0].offset < start:
+            records = [r for r in records if r.offset >= start]
+        if self._timestamp_from_record:
+            wants = self.state.refold_wants
+            records = [r for r in records if type(r.timestamp) is not int or wants(r.timestamp)]
+        if records:
+            srcs, keys, times, items = self._prepare(records, [])
+            self.state.refold(srcs, keys, times, items)
+
+    def finish_refold(self, exact: bool = True) -> None:
+        """The replay reached ``next_offset``: the recompute groups are complete."""
+        self.state.finish_refold(exact)
 
     @classmethod
     def restore(cls, operator: Operator, partition: int, payloads: Sequence[bytes]) -> Task:
@@ -201,17 +251,17 @@ class Task:
             kind, body = task._read_header(payload)
             if (i == 0) != (kind == FULL):
                 raise StateFormatError("a restore chain is one full snapshot, then deltas")
-            task.state.apply(body)
+            task.state.apply(body, payload[3])
         task.state.after_restore()
         return task
 
     def _read_header(self, payload: bytes) -> tuple[bytes, bytes]:
         if payload[:3] != STATE_MAGIC:
             raise StateFormatError("not a streamremat task state")
-        if payload[3] != STATE_VERSION:
+        if payload[3] not in READABLE_VERSIONS:
             raise StateFormatError(
                 f"task state version {payload[3]} is not supported (this build reads "
-                f"{STATE_VERSION})"
+                f"{', '.join(map(str, READABLE_VERSIONS))})"
             )
         kind = payload[4:5]
         if kind not in (FULL, DELTA):
