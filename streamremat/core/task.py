@@ -213,8 +213,13 @@ class Task:
         return self.state.last_replay_from
 
     def groups(self) -> list[Group]:
-        """The open groups for the planner: (close time, encoded bytes, first offset)."""
-        return self.state.groups()
+        """The open groups for the planner: (close time, encoded bytes, first offset);
+        none when an accumulator's ``encode`` raises (the snapshot then raises too,
+        and the checkpoint is skipped as for any such failure)."""
+        try:
+            return self.state.groups()
+        except Exception:
+            return []
 
     # -- recomputing the groups a checkpoint did not store -------------------------
 

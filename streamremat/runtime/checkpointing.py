@@ -6,7 +6,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from streamremat.core.task import Task
@@ -44,10 +44,10 @@ def owner_epoch(visible_next_seq: int, committed_epoch: int | None) -> int:
     return max(visible, committed + 1)
 
 
-def _encode(task: Task, full: bool) -> tuple[bytes, int, int]:
-    """The snapshot and its gauges (counting the keys of millions of entries is not
-    free either), in the checkpoint's worker thread."""
-    return task.snapshot(full), task.open_windows(), task.open_keys()
+def _encode(task: Task, full: bool, recompute: Collection[int]) -> tuple[bytes, int, int]:
+    """The snapshot (``recompute``: the plan's groups) and its gauges (counting the
+    keys of millions of entries is not free either), in the checkpoint's worker thread."""
+    return task.snapshot(full, recompute), task.open_windows(), task.open_keys()
 
 
 @dataclass
@@ -96,8 +96,11 @@ class Checkpointer:
         """A restored (or new) task; its first checkpoint will be a full one."""
         self.chains.append(_Chain(task_id, next_seq))
 
-    async def write(self, tasks: Sequence[Task], position: int, clean: bool) -> None:
-        """Write one checkpoint of every task (DESIGN §5, §7).
+    async def write(
+        self, tasks: Sequence[Task], position: int, clean: bool,
+        recompute: Sequence[Collection[int]] | None = None,
+    ) -> None:
+        """Write one checkpoint of every task (DESIGN §5, §7, §9).
 
         1. The caller guarantees the state's outputs are committed (offset <= committed)
            and folds nothing into the tasks until this returns (the worker and the
@@ -106,8 +109,9 @@ class Checkpointer:
            the state at its offset.
         2. Per task, encode a delta (dirty accumulators) or, when the chain needs
            one, a full snapshot, with offset, stream time, the clean flag and the
-           tuner's state. The encode runs in a worker thread: a full snapshot of
-           millions of entries takes seconds, and the event loop (heartbeats,
+           tuner's state; the groups in ``recompute[i]`` (the task's plan) are
+           written as their first offset only. The encode runs in a worker
+           thread: a full snapshot of millions of entries takes seconds, and the event loop (heartbeats,
            replica writes, the metrics endpoint) keeps running meanwhile, as the
            thread hands the GIL back every switch interval (``core.codec.sorted_in_runs``
            keeps the one long C call of an encode, the key sort, short).
@@ -120,18 +124,24 @@ class Checkpointer:
         """
         self.writing = True
         try:
-            await self._write(tasks, position, clean)
+            await self._write(tasks, position, clean, recompute)
         finally:
             self.writing = False
 
-    async def _write(self, tasks: Sequence[Task], position: int, clean: bool) -> None:
+    async def _write(
+        self, tasks: Sequence[Task], position: int, clean: bool,
+        recompute: Sequence[Collection[int]] | None,
+    ) -> None:
         started = time.monotonic()
         meta = self.scheduler.meta(int(time.time() * 1000))
         frames: list[CheckpointFrame] = []
-        for task, chain in zip(tasks, self.chains, strict=True):
+        floors: list[int] = []
+        plans = recompute if recompute is not None else [()] * len(tasks)
+        for task, chain, groups in zip(tasks, self.chains, plans, strict=True):
             full = chain.next_is_full(self.settings.full_after_delta_ratio)
             try:
-                payload, open_windows, open_keys = await asyncio.to_thread(_encode, task, full)
+                payload, open_windows, open_keys = await asyncio.to_thread(
+                    _encode, task, full, groups)
             except Exception as exc:  # an aggregation's encode raised: skip, never crash
                 chain.base_seq = None  # the dirty set is gone: the next one must be full
                 self.sensor.on_checkpoint_failed(task.operator.name, self.partition, "encode")
@@ -170,6 +180,8 @@ class Checkpointer:
             else:
                 chain.delta_bytes += len(payload)
             frames.append(frame)
+            # A restore of this frame replays from o_min when it recomputes groups.
+            floors.append(min(frame.offset, task.replay_from or frame.offset))
             elapsed = time.monotonic() - started
             kind = "full" if full else "delta"
             self.sensor.on_checkpoint(op, self.partition, elapsed, len(payload),
@@ -185,16 +197,16 @@ class Checkpointer:
         cost_s = time.monotonic() - started
         if frames and self.replica is not None:
             self._replica_tail = asyncio.create_task(
-                self._replicate(self._replica_tail, frames, started, cost_s)
+                self._replicate(self._replica_tail, frames, floors, started, cost_s)
             )
         elif frames:
             size = sum(len(f.payload) for f in frames)
             self.scheduler.checkpointed(time.time(), cost_s, cost_s, size)
-            self._stored(frames)
+            self._stored(frames, floors)
 
     async def _replicate(
         self, previous: asyncio.Task[None] | None, frames: list[CheckpointFrame],
-        started: float, cost_s: float,
+        floors: list[int], started: float, cost_s: float,
     ) -> None:
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)
@@ -219,15 +231,16 @@ class Checkpointer:
             # L: from fixing the checkpoint's offset until the replica has it.
             self.scheduler.checkpointed(time.time(), cost_s, time.monotonic() - started,
                                         sum(len(f.payload) for f in frames))
-            self._stored(frames)
+            self._stored(frames, floors)
 
-    def _stored(self, frames: list[CheckpointFrame]) -> None:
+    def _stored(self, frames: list[CheckpointFrame], floors: list[int]) -> None:
         if len(frames) == len(self.chains):  # every task's checkpoint made it
-            self._durable.append(min(f.offset for f in frames))
+            self._durable.append(min(floors))
 
     def purge_floor(self) -> int | None:
         """The source offset below which no kept checkpoint of this partition can
-        restore from, or None while that is not known.
+        restore from, or None while that is not known. A checkpoint with recompute
+        groups restores from ``o_min`` (their earliest first offset), not its offset.
 
         Only checkpoints this owner wrote count, once ``keep`` of them are in every
         store: the stores prune to the ``keep`` newest, so the oldest of those is

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from aiokafka import TopicPartition
 from aiokafka.errors import NoOffsetForPartitionError, OffsetOutOfRangeError
 
+from streamremat.core.recovery import replay_start
 from streamremat.core.repartition import Repartitioner
 from streamremat.core.task import Task
 from streamremat.metrics.sensor import Sensor
@@ -112,7 +113,7 @@ def check_restart(
     which of its later results were committed already, so they are emitted again.
     Tasks without a usable checkpoint start at ``log_start`` already."""
     tp = runner.tp
-    start = min(t.next_offset or 0 for t in tasks)
+    start = min(replay_start(t) for t in tasks)
     gap = restart_gap(tp, start, committed, log_start)
     if gap is not None:
         apply_gap_policy(gap, runner.settings.on_retention_gap, runner.sensor,

@@ -46,11 +46,14 @@ from streamremat.runtime.recovery_report import (
     report_recovered,
     report_replay_progress,
 )
+from streamremat.runtime.remat_plans import RetentionBound, needed_for_s, plan_checkpoint
 from streamremat.runtime.restoring import restore_stages
 from streamremat.runtime.scheduling import CheckpointScheduler, downtime_sample
 from streamremat.runtime.settings import Guarantee, WorkerSettings
 from streamremat.runtime.tuner_feed import TunerFeed
 from streamremat.state.base import CheckpointStore
+from streamremat.state.frame import TaskId
+from streamremat.tuning.remat import RematPlan
 
 log = logging.getLogger("streamremat.worker")
 
@@ -110,6 +113,9 @@ class PartitionRunner:
         self._replay_logged = 0.0
         #: per operator, the stream time committed with ``self.committed``
         self._committed_stream_times: dict[str, int] = {}
+        #: each task's rematerialization plan at the newest checkpoint (DESIGN §9)
+        self.last_plans: dict[TaskId, RematPlan] = {}
+        self._retention = RetentionBound(retention_s)
 
     @property
     def tasks(self) -> list[Task]:
@@ -138,13 +144,17 @@ class PartitionRunner:
            without one starts empty at the partition's log start offset. This owner's seq epoch is
            above the committed one and every seq seen (``owner_epoch``); it is
            committed before the first checkpoint is written.
-        3. ``c`` = the smallest task offset. A ``c`` below the log start offset, or
+        3. ``c`` = where the replay starts: the smallest task offset, or the earliest
+           first offset ``o_min`` of the groups a checkpoint wrote as recompute
+           (``core.recovery.replay_start``). A ``c`` below the log start offset, or
            a ``k`` below it while a task has no usable checkpoint, is a retention gap
            (``gaps.check_restart``): ``fail`` raises, ``reset`` skips the lost records.
            A checkpoint beyond ``k`` (its outputs never committed) is discarded; a
            checkpoint without any ``k`` (the group's offsets expired) is said so.
-        4. Seek to ``c``; records in ``[c, k)`` are replayed without output, and
-           from ``k`` on the partition is live. A checkpoint follows soon after.
+        4. Seek to ``c``; records in ``[c, k)`` are replayed without output (those
+           below a task's checkpoint offset feed only its recompute groups, see
+           ``core.recovery.PartitionTasks``), and from ``k`` on the partition is
+           live. A checkpoint follows soon after.
         """
         started = time.monotonic()
         tp = self.tp
@@ -164,6 +174,9 @@ class PartitionRunner:
         self.previous_alive_s = max(alive_ms) / 1000 if alive_ms else None
         check_restart(self, tasks, committed, log_start, min(checkpoint_offsets, default=None))
         self.partition_tasks = PartitionTasks(tasks, committed, commit_meta.stream_times)
+        if self.partition_tasks.start < log_start:
+            # Only after a ``reset`` gap policy: recompute groups lost records too.
+            self.partition_tasks.skip_to(log_start)
         start, k = self.partition_tasks.start, self.replay_until
         self.committed = committed
         consumer.seek(tp, start)
@@ -352,8 +365,10 @@ class PartitionRunner:
         self.feed.batch_done(records, busy_s, backlogged)
 
     def observe_source(self, highwater: int | None) -> None:
-        """Feed the tuner the source's growth since the last call (its ingest rate r)."""
+        """Feed the tuner the source's growth since the last call (its ingest rate r),
+        and the retention bound of the plans its end offset."""
         self.feed.observe_source(highwater)
+        self._retention.observe(time.time(), highwater)
 
     def report_gauges(self, highwater: int | None) -> None:
         """Periodic gauges: lag, checkpoint age and the tuner's reasoning (reads only)."""
@@ -381,9 +396,21 @@ class PartitionRunner:
         if self.position == self.feed.checkpointed_at and not clean:
             self.feed.checkpoint_skipped()
             return  # nothing new since the last checkpoint
-        await self.checkpointer.write(self.tasks, self.position, clean)
+        tasks = self.tasks
+        self.last_plans = self._plan(tasks)
+        recompute = [self.last_plans[c.task_id].recompute for c in self.checkpointer.chains]
+        await self.checkpointer.write(tasks, self.position, clean, recompute)
         self.feed.checkpoint_written(f"{self.tp.topic}[{self.tp.partition}]", self.position,
                                      self._restored_offset())
+
+    def _plan(self, tasks: list[Task]) -> dict[TaskId, RematPlan]:
+        """Each task's plan for a checkpoint at the current position, from the tuner's
+        decision and the retention bound of this partition's topic."""
+        now = time.time()
+        decision = self.scheduler.decision(now)
+        safe_from = self._retention.safe_from(now, needed_for_s(decision), self.position)
+        return plan_checkpoint(tasks, [c.task_id for c in self.checkpointer.chains], decision,
+                               self.position, safe_from, self.tp.topic)
 
     async def drain_replica(self, timeout_s: float) -> None:
         """Wait for background replica writes (on revocation and shutdown)."""

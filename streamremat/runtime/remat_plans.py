@@ -1,0 +1,73 @@
+"""The rematerialization plan of each task at a checkpoint (DESIGN §9): the
+planner (``tuning/remat.py::plan``) on the tuner's decision, with the retention
+bound of the topic that replay reads."""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Sequence
+
+from streamremat.core.task import Task
+from streamremat.state.frame import TaskId
+from streamremat.tuning import TunerDecision
+from streamremat.tuning.remat import (
+    Rematerialize,
+    RematPlan,
+    WindowCandidate,
+    plan,
+    plan_inputs,
+)
+
+#: Samples of the partition's end offset kept for the retention bound.
+MAX_SAMPLES = 4096
+
+
+class RetentionBound:
+    """The smallest offset retention keeps long enough, from samples of the
+    partition's end offset: a record at or after the end offset seen at wall
+    time ``w`` was appended after ``w``, so it lives until at least
+    ``w + retention``. Before the first sample nothing is known: those offsets
+    count as outside retention."""
+
+    def __init__(self, retention_s: float | None) -> None:
+        self.retention_s = retention_s
+        self._samples: collections.deque[tuple[float, int]] = collections.deque(
+            maxlen=MAX_SAMPLES)
+
+    def observe(self, now_s: float, highwater: int | None) -> None:
+        if highwater is None or (self._samples and self._samples[-1][1] == highwater):
+            return
+        self._samples.append((now_s, highwater))
+
+    def safe_from(self, now_s: float, needed_for_s: float, checkpoint_offset: int) -> int | None:
+        """The smallest offset still retained ``needed_for_s`` from now (None:
+        retention is unlimited); ``checkpoint_offset`` when no sample is young
+        enough to tell."""
+        if self.retention_s is None or math.isinf(self.retention_s):
+            return None
+        cutoff = now_s + needed_for_s - self.retention_s
+        for wall, highwater in self._samples:
+            if wall >= cutoff:
+                return min(highwater, checkpoint_offset)
+        return checkpoint_offset
+
+
+def plan_checkpoint(
+    tasks: Sequence[Task], task_ids: Sequence[TaskId], decision: TunerDecision,
+    checkpoint_offset: int, safe_from: int | None, topic: str,
+) -> dict[TaskId, RematPlan]:
+    """Each task's plan for the checkpoint about to be written at ``checkpoint_offset``."""
+    inputs = plan_inputs(decision, checkpoint_offset, safe_from, topic)
+    return {
+        task_id: plan(inputs, [WindowCandidate(*g) for g in task.groups()],
+                      Rematerialize(task.operator.rematerialize))
+        for task, task_id in zip(tasks, task_ids, strict=True)
+    }
+
+
+def needed_for_s(decision: TunerDecision) -> float:
+    """How long a checkpoint's replay range must stay retained: until the next
+    checkpoint is durable, plus a recovery within the RTO."""
+    rto = decision.rto_s if math.isfinite(decision.rto_s) else 0.0
+    return decision.interval_s + decision.durable_latency_p90_s + decision.downtime_p90_s + rto
