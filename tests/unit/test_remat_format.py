@@ -14,8 +14,8 @@ from streamremat.core.codec import write_bytes, write_svarint, write_uvarint
 from streamremat.core.exceptions import ConfigError
 from streamremat.core.records import Record
 from streamremat.core.task import STATE_MAGIC, Task, state_fingerprint
-from streamremat.tuning.remat import Reason, WindowCandidate, plan
 from streamremat.testing import driver_plan_inputs
+from streamremat.tuning.remat import Reason, WindowCandidate, plan
 
 
 def _records(n: int, seed: int = 1) -> list[Record]:
