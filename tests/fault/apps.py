@@ -15,7 +15,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from streamremat import App, Count, Hopping, Max, Operator, Quantiles, Session, Sum, Tumbling
+from streamremat import (
+    App,
+    Collect,
+    Count,
+    Hopping,
+    Max,
+    Operator,
+    Quantiles,
+    Session,
+    Sum,
+    Tumbling,
+)
 from tests.expect import RefOperator
 from tests.unit.reference import RefWindow, ref_quantile
 
@@ -45,10 +56,12 @@ class FaultOperator:
     ref_window: RefWindow
     aggregate: Callable[[], Any]
     result: Callable[[list[dict[str, Any]]], Any]
+    rematerialize: str = "auto"
 
     def engine(self, source: str) -> Operator:
         return Operator(name=self.name, source=source, sink=f"{source}-{self.sink_suffix}",
-                        window=self.window, aggregate=self.aggregate())
+                        window=self.window, aggregate=self.aggregate(),
+                        rematerialize=self.rematerialize)
 
     def reference(self, source: str) -> RefOperator:
         return RefOperator(name=self.name, source=source, sink=f"{source}-{self.sink_suffix}",
@@ -88,6 +101,14 @@ SESSIONS_TOO = FaultOperator("sessions", "sessions", Session(60, grace_ms=5),
 QUANTILES = FaultOperator(OPERATOR, "out", Tumbling(WINDOW_MS),
                           RefWindow("tumbling", WINDOW_MS), _quantiles, _count_quantiles)
 
+#: Long sessions of every value (state that grows with the data), stored or recomputed.
+COLLECT_RECOMPUTE = FaultOperator(OPERATOR, "out", Session(90), RefWindow("session", 90),
+                                  lambda: Collect("x"), lambda vs: [v["x"] for v in vs],
+                                  rematerialize="recompute")
+COLLECT_STORE = FaultOperator(OPERATOR, "out", Session(90), RefWindow("session", 90),
+                              lambda: Collect("x"), lambda vs: [v["x"] for v in vs],
+                              rematerialize="store")
+
 #: scenario -> its operators (all read the same source)
 SCENARIOS: dict[str, tuple[FaultOperator, ...]] = {
     "tumbling": (TUMBLING,),
@@ -95,6 +116,8 @@ SCENARIOS: dict[str, tuple[FaultOperator, ...]] = {
     "session": (SESSION,),
     "two-operators": (TUMBLING, SESSIONS_TOO),
     "quantiles": (QUANTILES,),
+    "collect-recompute": (COLLECT_RECOMPUTE,),
+    "collect-store": (COLLECT_STORE,),
 }
 
 app = App(APP_NAME, [op.engine(SOURCE) for op in SCENARIOS[SCENARIO]])
