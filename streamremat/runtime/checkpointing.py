@@ -6,15 +6,17 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from streamremat.core.task import Task
 from streamremat.metrics.sensor import Sensor
-from streamremat.runtime.scheduling import CheckpointScheduler
+from streamremat.runtime.scheduling import CheckpointScheduler, with_plan
 from streamremat.runtime.settings import CheckpointSettings
 from streamremat.state.base import CheckpointStore
 from streamremat.state.frame import CheckpointFrame, FrameKind, TaskId
+from streamremat.tuning.plan_summary import PlanSummary
+from streamremat.tuning.remat import RematPlan
 
 log = logging.getLogger("streamremat.worker")
 
@@ -98,47 +100,54 @@ class Checkpointer:
 
     async def write(
         self, tasks: Sequence[Task], position: int, clean: bool,
-        recompute: Sequence[Collection[int]] | None = None,
-    ) -> None:
-        """Write one checkpoint of every task (DESIGN §5, §7, §9).
+        planner: Callable[[], dict[TaskId, RematPlan]] | None = None,
+    ) -> dict[TaskId, RematPlan]:
+        """Write one checkpoint of every task (DESIGN §5, §7, §9); return the plans.
 
         1. The caller guarantees the state's outputs are committed (offset <= committed)
            and folds nothing into the tasks until this returns (the worker and the
            faust bridge hold their lock; ``writing`` is set meanwhile, and
            ``PartitionRunner.process`` refuses to run), so each checkpoint is of
            the state at its offset.
-        2. Per task, encode a delta (dirty accumulators) or, when the chain needs
-           one, a full snapshot, with offset, stream time, the clean flag and the
-           tuner's state; the groups in ``recompute[i]`` (the task's plan) are
+        2. ``planner`` gives each task's rematerialization plan (in a worker thread:
+           it sizes every open group); without one everything is stored.
+        3. Per task, encode a delta (dirty accumulators) or, when the chain needs
+           one, a full snapshot, with offset, stream time, the clean flag, the
+           tuner's state and the plan's summary; the plan's recompute groups are
            written as their first offset only. The encode runs in a worker
-           thread: a full snapshot of millions of entries takes seconds, and the event loop (heartbeats,
-           replica writes, the metrics endpoint) keeps running meanwhile, as the
-           thread hands the GIL back every switch interval (``core.codec.sorted_in_runs``
-           keeps the one long C call of an encode, the key sort, short).
-        3. Append it to the local RocksDB store: one WriteBatch, synced. Only then
+           thread: a full snapshot of millions of entries takes seconds, and the
+           event loop (heartbeats, replica writes, the metrics endpoint) keeps
+           running meanwhile, as the thread hands the GIL back every switch
+           interval (``core.codec.sorted_in_runs`` keeps the one long C call of
+           an encode, the key sort, short).
+        4. Append it to the local RocksDB store: one WriteBatch, synced. Only then
            does the next commit, whose replay depends on it, come (the caller awaits
            this).
-        4. Replicate it to the compacted checkpoint topic in the background, in
+        5. Replicate it to the compacted checkpoint topic in the background, in
            order per partition; a failed write makes the next checkpoint full.
-        5. Prune both stores to the last N restorable checkpoints.
+        6. Prune both stores to the last N restorable checkpoints. The purge floor
+           of a checkpoint with recompute groups is ``o_min``, not its offset.
         """
         self.writing = True
         try:
-            await self._write(tasks, position, clean, recompute)
+            plans = await asyncio.to_thread(planner) if planner is not None else {}
+            await self._write(tasks, position, clean, plans)
         finally:
             self.writing = False
+        return plans
 
     async def _write(
         self, tasks: Sequence[Task], position: int, clean: bool,
-        recompute: Sequence[Collection[int]] | None,
+        plans: dict[TaskId, RematPlan],
     ) -> None:
         started = time.monotonic()
         meta = self.scheduler.meta(int(time.time() * 1000))
         frames: list[CheckpointFrame] = []
         floors: list[int] = []
-        plans = recompute if recompute is not None else [()] * len(tasks)
-        for task, chain, groups in zip(tasks, self.chains, plans, strict=True):
+        for task, chain in zip(tasks, self.chains, strict=True):
             full = chain.next_is_full(self.settings.full_after_delta_ratio)
+            plan = plans.get(chain.task_id)
+            groups = plan.recompute if plan is not None else frozenset()
             try:
                 payload, open_windows, open_keys = await asyncio.to_thread(
                     _encode, task, full, groups)
@@ -161,7 +170,7 @@ class Checkpointer:
                 offset=task.next_offset if task.next_offset is not None else position,
                 stream_time_ms=task.stream_time_ms if task.stream_time_ms is not None else -1,
                 clean=clean,
-                meta=meta,
+                meta=meta if plan is None else with_plan(meta, PlanSummary.of(plan)),
                 payload=payload,
             )
             op = task.operator.name

@@ -396,21 +396,23 @@ class PartitionRunner:
         if self.position == self.feed.checkpointed_at and not clean:
             self.feed.checkpoint_skipped()
             return  # nothing new since the last checkpoint
-        tasks = self.tasks
-        self.last_plans = self._plan(tasks)
-        recompute = [self.last_plans[c.task_id].recompute for c in self.checkpointer.chains]
-        await self.checkpointer.write(tasks, self.position, clean, recompute)
-        self.feed.checkpoint_written(f"{self.tp.topic}[{self.tp.partition}]", self.position,
-                                     self._restored_offset())
+        self.last_plans = await self.checkpointer.write(self.tasks, self.position, clean,
+                                                        self._planner(self.tasks))
+        self.feed.checkpoint_written(
+            f"{self.tp.topic}[{self.tp.partition}]", self.position, self._restored_offset(),
+            {tid.operator: plan for tid, plan in self.last_plans.items()}, self.sensor,
+            self.tp.partition)
 
-    def _plan(self, tasks: list[Task]) -> dict[TaskId, RematPlan]:
+    def _planner(self, tasks: list[Task]) -> Callable[[], dict[TaskId, RematPlan]]:
         """Each task's plan for a checkpoint at the current position, from the tuner's
-        decision and the retention bound of this partition's topic."""
+        decision and the retention bound of this partition's topic (read here, on
+        the loop; the returned call sizes the groups, in the checkpoint's thread)."""
         now = time.time()
         decision = self.scheduler.decision(now)
-        safe_from = self._retention.safe_from(now, needed_for_s(decision), self.position)
-        return plan_checkpoint(tasks, [c.task_id for c in self.checkpointer.chains], decision,
-                               self.position, safe_from, self.tp.topic)
+        position = self.position
+        safe_from = self._retention.safe_from(now, needed_for_s(decision), position)
+        ids = [c.task_id for c in self.checkpointer.chains]
+        return lambda: plan_checkpoint(tasks, ids, decision, position, safe_from, self.tp.topic)
 
     async def drain_replica(self, timeout_s: float) -> None:
         """Wait for background replica writes (on revocation and shutdown)."""
