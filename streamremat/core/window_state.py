@@ -70,6 +70,9 @@ class WindowState:
         self.stream_time = NO_TIME
         #: stream time at the end of the last ``close``; windows closing at or before it are gone.
         self.closed_through = NO_TIME
+        #: the smallest first offset among the groups the last ``encode`` wrote as
+        #: recompute (None: none): a replay after a restore of it starts there
+        self.last_replay_from: int | None = None
 
     #: For replay skipping: the latest close time of the windows a record at ``t``
     #: belongs to, when it depends on ``t`` alone (None: it doesn't, never skip).
@@ -80,9 +83,6 @@ class WindowState:
     #: whether the accumulators grow with the data (``core/remat_state.grows``):
     #: then the planner's byte counts are exact, otherwise sampled
     exact_sizes = True
-    #: the smallest first offset among the groups the last ``encode`` wrote as
-    #: recompute (None: none): a replay after a restore of it starts there
-    last_replay_from: int | None = None
 
     def add_batch(
         self, srcs: list[SourceRecord], keys: list[bytes], times: list[int], items: list[Any],
