@@ -39,6 +39,8 @@ def _summarize(runs: list[dict[str, Any]], recs: list[dict[str, Any]]) -> dict[s
         out["crosscheck_equal"] = bool(checks) and all(c["equal"] for c in checks)
         out["crosscheck"] = checks[0] if checks else None
         out["exactly_once_outputs"] = [r.get("exactly_once_outputs") for r in recs]
+        if any("duplicate_results" in r for r in recs):
+            out["duplicate_results"] = [r.get("duplicate_results") for r in recs]
         errors = [r["error"] for r in recs if "error" in r]
         if errors:
             out["errors"] = errors
@@ -59,12 +61,31 @@ def goals(summary: dict[str, Any]) -> dict[str, Any]:
                 ratio = res[peer]["state_bytes_per_event"] / sr["state_bytes_per_event"]
                 g[f"bytes_vs_{peer}_{keys}"] = {"ratio": ratio, "goal": 20.0 if keys == "1000"
                                                 else None, "met": ratio >= 20.0}
+        inside = res.get("faust-streamremat", {})
+        if "faust" in res:
+            g.update(_inside_faust(keys, inside, res["faust"]))
         peers_rec = [res[p]["recovery_s"] for p in ("quix", "faust")
                      if p in res and res[p].get("recovery_s")]
         if peers_rec and sr.get("recovery_s"):
             ratio = sr["recovery_s"] / min(peers_rec)
             g[f"recovery_vs_fastest_peer_{keys}"] = {"ratio": ratio, "goal": 2.0,
                                                      "met": ratio <= 2.0}
+    return g
+
+
+def _inside_faust(keys: str, inside: dict[str, Any], table: dict[str, Any]
+                  ) -> dict[str, Any]:
+    """Issue 13's goals: the streamremat operator inside faust against faust's own
+    windowed table, >= 10x the events/s and >= 100x fewer durability bytes."""
+    g: dict[str, Any] = {}
+    if inside.get("events_per_s") and table.get("events_per_s"):
+        ratio = inside["events_per_s"] / table["events_per_s"]
+        g[f"faust_streamremat_throughput_vs_faust_{keys}"] = {
+            "ratio": ratio, "goal": 10.0, "met": ratio >= 10.0}
+    if inside.get("state_bytes_per_event") and table.get("state_bytes_per_event"):
+        ratio = table["state_bytes_per_event"] / inside["state_bytes_per_event"]
+        g[f"faust_streamremat_bytes_vs_faust_{keys}"] = {
+            "ratio": ratio, "goal": 100.0, "met": ratio >= 100.0}
     return g
 
 

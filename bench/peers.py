@@ -83,6 +83,7 @@ from _peers_run import (  # noqa: E402
     _plain_key,
     compare,
     dir_bytes,
+    engine_python,
     engine_windows,
     peers_python,
     raw_reference,
@@ -120,10 +121,11 @@ def peer_status(engine: str) -> str | None:
     """None if the peer can run, else why not."""
     if engine not in PEER_MODULES:
         return None
-    if not peers_python().exists():
+    python = engine_python(engine)
+    if not python.exists():
         return "not installed (run bench/peers.py --setup)"
     probe = subprocess.run(
-        [str(peers_python()), "-c", f"import {PEER_MODULES[engine]}"],
+        [str(python), "-c", f"import {PEER_MODULES[engine]}"],
         capture_output=True, text=True,
     )
     if probe.returncode != 0:
@@ -315,6 +317,8 @@ async def recovery_run(cfg: Config, engine: str, events: list[tuple[Any, ...]],
         if reference is not None and engine != "faust":
             after = await engine_windows(run)  # raises on a duplicate emission
             result["exactly_once_outputs"] = all(after.get(k) == v for k, v in got.items())
+            if engine == "faust-streamremat":  # at-least-once: identical copies counted
+                result["duplicate_results"] = run.duplicates
     finally:
         run.kill()
         if not cfg.keep:

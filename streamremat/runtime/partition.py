@@ -24,7 +24,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from streamremat.core.records import SourceRecord
+from streamremat.core.records import BatchOutput, SourceRecord
 from streamremat.core.recovery import PartitionTasks
 from streamremat.core.repartition import Repartitioner
 from streamremat.core.task import Task
@@ -251,6 +251,12 @@ class PartitionRunner:
                 return
             live -= bisect.bisect_left(records, self.replay_until, key=lambda r: r.offset)
             self._go_live()
+        self.emit(outputs)
+        self.feed.processed(live)
+
+    def emit(self, outputs: Sequence[tuple[Task | Repartitioner, BatchOutput]]) -> None:
+        """Queue a live batch's outputs for the commit (``committer.pending``) and
+        count them: the delivery tail of ``process`` (the faust bridge's differs)."""
         partition = self.tp.partition
         pending = self.committer.pending
         for task, out in outputs:
@@ -261,7 +267,6 @@ class PartitionRunner:
                 else:
                     pending.extend(to_records(task.operator, partition, out))
                     count_outputs(self.sensor, task.operator.name, partition, out)
-        self.feed.processed(live)
 
     @property
     def operator_names(self) -> list[str]:

@@ -121,6 +121,9 @@ def attach(
 
 def _agent_of(bridge: Bridge) -> Any:
     async def streamremat_operators(stream: Any) -> None:
-        await bridge.agent(stream)
+        # It subscribes faust to the source topics; their records reach the bridge
+        # in batches from the transport's getmany (``Bridge.feed``), never this stream.
+        async for _ in stream.noack():
+            raise RuntimeError("a record of an attached source reached the faust agent")
 
     return streamremat_operators

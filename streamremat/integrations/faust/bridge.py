@@ -11,6 +11,7 @@ are acked, and faust commits only acked offsets.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import os
 import time
@@ -19,10 +20,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
+from faust.types.tuples import ack_lock
+from mode.utils.futures import notify
 
 from streamremat.core.exceptions import ConfigError
 from streamremat.core.operator import App
-from streamremat.core.records import Record, SourceRecord
+from streamremat.core.records import BatchOutput, Record
+from streamremat.core.repartition import Repartitioner
+from streamremat.core.task import Task
 from streamremat.core.topology import Stage, compile_app
 from streamremat.integrations.faust.outputs import result_records
 from streamremat.metrics.sensor import Sensor
@@ -44,21 +49,15 @@ class FaustPartition(PartitionRunner):
     """A ``PartitionRunner`` whose offsets faust commits: outputs are delivered
     (awaited) per batch, and a checkpoint follows a faust commit at its position."""
 
-    def process(self, records: Sequence[SourceRecord]) -> None:
-        outputs = self.partition_tasks.process(records)
-        live = len(records)
-        if self.phase is Phase.REPLAYING:
-            if self.partition_tasks.replaying:
-                self._replay_progress()
-                return
-            live = sum(1 for r in records if r.offset >= self.replay_until)
-            self._go_live()
+    def emit(self, outputs: Sequence[tuple[Task | Repartitioner, BatchOutput]]) -> None:
+        """The worker's delivery tail, with the idempotency header on each result
+        (``result_records``); no repartition stage runs here (``Bridge`` refuses them)."""
         partition = self.tp.partition
+        pending = self.committer.pending
         for task, out in outputs:
-            if out.results or out.dead_letters or out.late:
-                self.committer.pending.extend(result_records(task.operator, partition, out))
+            if out.results or out.dead_letters or out.late or out.failed:
+                pending.extend(result_records(task.operator, partition, out))
                 count_outputs(self.sensor, task.operator.name, partition, out)
-        self.feed.processed(live)
 
     async def deliver(self) -> None:
         """Send the batch's outputs and wait until Kafka has them all: only then
@@ -220,77 +219,87 @@ class Bridge:
             sensor=self.sensor, retention_s=self._retention_s.get(tp.topic),
         )
 
-    # -- the agent --------------------------------------------------------------
+    # -- the records --------------------------------------------------------------
 
-    async def agent(self, stream: Any) -> None:
-        """The faust agent of the source topics: batches of events in, outputs
-        delivered, events acked; checkpoints after commits."""
+    async def feed(self, consumer: Any, messages: Sequence[Any]) -> None:
+        """One fetch of the source topics' records, from the transport's ``getmany``
+        (``transport.Consumer``), in place of faust's per-message path (conductor,
+        channel queue, stream, one ack each): processed per partition in batches of
+        at most ``max_batch_records`` (a fetch holds up to a fetch size per
+        partition), outputs delivered, the records acked in bulk; a commit and
+        checkpoints when due after each batch. Also called without records, so idle
+        partitions checkpoint too."""
         s = self.settings
-        app = self.faust_app
-        async for events in stream.noack_take(s.max_batch_records, within=0.05):
+        step = s.max_batch_records
+        for i in range(0, len(messages), step):
             async with self.lock:
                 # From a revocation until ``rewind`` faust has forgotten its committed
                 # offsets (it would count a replay's acks), and every partition is
-                # sought back then: neither process nor ack; the events come again.
+                # sought back then: neither process nor ack; the records come again.
                 if not self.assigned:
-                    _forget(app.consumer, events)
-                    continue
-                done = await self._process(events)
+                    return
+                done = await self._process(messages[i:i + step])
                 if not self.assigned:
                     # Revoked while the outputs were sent: they may repeat (identical).
-                    _forget(app.consumer, events)
-                    continue
-                for event in done:
-                    await stream.ack(event)
-                _forget(app.consumer, events)  # the stale ones (see ``_process``)
-            if time.monotonic() - self._last_commit >= s.commit_interval_s:
-                await self._commit_and_checkpoint()
-            if time.monotonic() - self._last_gauges >= 1.0:
-                self._report_gauges()
+                    return
+                _ack(consumer, done)
+            await self._when_due()
+        await self._when_due()
 
-    async def _process(self, events: Sequence[Any]) -> list[Any]:
-        """Feed the events of the current assignment to their partitions; return the
-        events whose outputs Kafka now has (those may be acked). Events fetched
-        before the last rebalance are neither processed nor acked: their partition
-        was sought back, and they come again."""
+    async def _when_due(self) -> None:
+        now = time.monotonic()
+        if now - self._last_commit >= self.settings.commit_interval_s:
+            await self._commit_and_checkpoint()
+        if now - self._last_gauges >= 1.0:
+            self._report_gauges()
+
+    async def _process(self, messages: Sequence[Any]) -> list[list[Any]]:
+        """Feed the records of the current assignment to their partitions; return,
+        per partition, the records whose outputs Kafka now has (those may be acked). Records fetched
+        before the last rebalance or below a partition's position (fetched before a
+        seek back) are neither processed nor acked: they come again, or came."""
         started = time.monotonic()
         generation = self.faust_app.consumer_generation_id
-        by_tp: dict[TopicPartition, list[Any]] = defaultdict(list)
-        for event in events:
-            m = event.message
+        by_tp: dict[Any, list[Any]] = defaultdict(list)
+        for m in messages:
             if m.generation_id == generation:
-                by_tp[TopicPartition(m.topic, m.partition)].append(event)
-        done: list[Any] = []
-        total = sum(len(v) for v in by_tp.values())
-        for tp, evs in by_tp.items():
+                by_tp[m.tp].append(m)
+        done: list[list[Any]] = []
+        taken: list[tuple[FaustPartition, int]] = []
+        for tp, msgs in by_tp.items():
             runner = self.runners.get(tp)
             if runner is None:
                 continue
-            first = evs[0].message.offset
-            if first > runner.position and self._gaps.get(tp) != (runner.position, first):
-                # faust dropped records below a read offset that an event in flight
-                # during the rebalance set after our seek: read them again. Seen twice,
-                # the gap is real (transaction markers) and is taken.
+            position = runner.position
+            if msgs[0].offset < position:  # offset order: skip what was processed
+                msgs = msgs[bisect.bisect_left(msgs, position, key=_offset):]
+                if not msgs:
+                    continue
+            first = msgs[0].offset
+            if first > position and self._gaps.get(tp) != (position, first):
+                # A seek raced a fetch in flight during the rebalance: read the records
+                # below again. Seen twice, the gap is real (transaction markers) and
+                # is taken.
                 log.warning("%s[%d]: got offset %d at position %d; seeking back",
-                            tp.topic, tp.partition, first, runner.position)
-                self._gaps[tp] = (runner.position, first)
-                await self.faust_app.consumer.seek(tp, runner.position)
+                            tp.topic, tp.partition, first, position)
+                self._gaps[tp] = (position, first)
+                await self.faust_app.consumer.seek(tp, position)
                 continue
-            runner.process([_record(e.message) for e in evs])
+            runner.process([_record(m) for m in msgs])
             for name in runner.names:
-                self.sensor.on_records_in(name, tp.partition, len(evs))
-            done.extend(evs)
+                self.sensor.on_records_in(name, tp.partition, len(msgs))
+            done.append(msgs)
+            taken.append((runner, len(msgs)))
         for runner in self.runners.values():
             await runner.deliver()
         busy = time.monotonic() - started
-        backlogged = len(events) >= self.settings.max_batch_records
-        for tp, evs in by_tp.items():
-            runner = self.runners.get(tp)
-            if runner is not None and total:
-                share = busy * len(evs) / total
-                runner.batch_done(len(evs), share, backlogged)
-                for name in runner.names:
-                    self.sensor.on_batch(name, tp.partition, len(evs), share)
+        total = sum(n for _, n in taken)
+        backlogged = len(messages) >= self.settings.max_batch_records
+        for runner, n in taken:
+            share = busy * n / total
+            runner.batch_done(n, share, backlogged)
+            for name in runner.names:
+                self.sensor.on_batch(name, runner.tp.partition, n, share)
         return done
 
     async def _commit_and_checkpoint(self) -> None:
@@ -358,6 +367,10 @@ class Bridge:
             runner.report_gauges(highwater)
 
 
+def _offset(m: Any) -> int:
+    return int(m.offset)
+
+
 def _record(m: Any) -> Record:
     """A faust message as the engine reads a record (faust gives seconds)."""
     ts = m.timestamp
@@ -365,15 +378,21 @@ def _record(m: Any) -> Record:
                   tuple(m.headers or ()))
 
 
-def _forget(consumer: Any, events: Sequence[Any]) -> None:
-    """Let faust stop waiting for events that are not acked on purpose (they are
-    read again after the seek): its rebalance and shutdown wait until no started
-    event is pending (``Consumer.wait_empty``), and an ack would let it commit
-    their offsets. faust has no public call for this."""
-    unacked = consumer._unacked_messages
-    for event in events:
-        message = event.message
-        if not message.acked:
-            message.acked = True
-            unacked.discard(message)
-
+def _ack(consumer: Any, done: Sequence[Sequence[Any]]) -> None:
+    """faust's ``Consumer.ack`` for whole batches of one partition each (offset
+    order): their offsets become committable at once. The messages never entered
+    faust's stream, so nothing tracks them as unacked; offsets below the committed
+    one (a replay) are ignored, as ``ack`` does."""
+    with ack_lock:
+        for msgs in done:
+            tp = msgs[0].tp
+            committed = consumer._committed_offset[tp]
+            offsets = [m.offset for m in msgs]
+            if committed is not None and offsets[0] < committed:
+                offsets = offsets[bisect.bisect_left(offsets, committed):]
+            index = consumer._acked_index[tp]
+            fresh = [o for o in offsets if o not in index]
+            index.update(fresh)
+            consumer._acked[tp].extend(fresh)
+            consumer._n_acked += len(fresh)
+        notify(consumer._waiting_for_ack)
