@@ -226,7 +226,8 @@ async def test_faust_worker_serves_the_dashboards_metrics(make_fault_env: MakeFa
     throughput), labelled with the App, after a kill -9 and a restart with replay."""
     env = make_fault_env()
     port = free_port()
-    w = FaustWorker(env, "a", [], 1.0)
+    # Checkpoints 5 s apart: the kill below lands between two, so the restart replays.
+    w = FaustWorker(env, "a", [], 5.0)
     env.workers.append(w)
     original = env.worker_env
     env.worker_env = lambda: {**original(), "STREAMREMAT_FAULT_METRICS_PORT": str(port)}
