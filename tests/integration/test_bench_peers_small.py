@@ -36,8 +36,7 @@ def test_bench_peers_small(
     cmd = [sys.executable, str(SCRIPT), "--small", "--keys", "1000",
            "--bootstrap", kafka_bootstrap, "--work-dir", str(tmp_path / "work"),
            "--plot", str(tmp_path / "peers.png")]
-    if peers_installed:
-        cmd += ["--engines", "raw,streamremat"]
+    cmd += ["--engines", "raw,streamremat" if peers_installed else "raw,streamremat,quix"]
     log_dir = _log_dir(kafka_bootstrap, tmp_path_factory)
     if log_dir is not None:
         cmd += ["--log-dir", str(log_dir)]
@@ -52,7 +51,8 @@ def test_bench_peers_small(
     assert summary["benchmark"] == "peers"
     assert summary["events"] == 20_000
     if not peers_installed:
-        assert set(summary["skipped"]) == {"quix", "faust"}
+        # faust runs from the main venv (its extra), the rows are test_..._faust's
+        assert set(summary["skipped"]) == {"quix"}
         assert all("not installed" in why for why in summary["skipped"].values())
 
     res = summary["results"]["1000"]
@@ -101,3 +101,42 @@ def test_bench_peers_small_rekeyed(
     assert sr["exactly_once_outputs"] == [True]
     # The repartition topic (every event once) is part of what it writes.
     assert sr["state_records"] >= 20_000
+
+
+@pytest.mark.timeout(600)
+def test_bench_peers_small_faust(
+    kafka_bootstrap: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Issue 13's rows: the job as a faust windowed table and as a faust app with a
+    streamremat operator (both from the main venv's faust extra), with events/s,
+    durability bytes, recovery after kill -9, the cross-check, and the goals."""
+    cmd = [sys.executable, str(SCRIPT), "--small", "--keys", "1000",
+           "--engines", "raw,faust,faust-streamremat", "--cap-seconds", "30",
+           "--bootstrap", kafka_bootstrap, "--work-dir", str(tmp_path / "work")]
+    log_dir = _log_dir(kafka_bootstrap, tmp_path_factory)
+    if log_dir is not None:
+        cmd += ["--log-dir", str(log_dir)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=540, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-4000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["skipped"] == {}
+    res = summary["results"]["1000"]
+    table, inside = res["faust"], res["faust-streamremat"]
+    for row in (table, inside):
+        assert row["events_per_s"] > 0
+        assert row["topic_bytes"] > 0  # the changelog / the checkpoint topic
+        assert row["crosscheck_equal"], row["crosscheck"]
+        assert row["recovery_s"] is not None and row["recovery_s"] > 0
+    # The operator's results are final ones: exactly the reference's windows ...
+    assert inside["crosscheck"]["extra"] == 0
+    assert inside["events_measured"] == 20_000 and not inside["capped"]
+    # ... and after the kill -9 every earlier result is unchanged (copies identical).
+    assert inside["exactly_once_outputs"] == [True]
+    assert inside["duplicate_results"][0] >= 0
+    # A changelog record per update against a checkpoint per key and interval.
+    assert table["state_records"] > 10 * inside["state_records"]
+    goals = summary["goals"]
+    for name in ("faust_streamremat_throughput_vs_faust_1000",
+                 "faust_streamremat_bytes_vs_faust_1000"):
+        assert goals[name]["ratio"] > 0 and goals[name]["goal"] in (10.0, 100.0)
+    assert "| 1000 | faust-streamremat |" in done.stdout

@@ -95,10 +95,14 @@ class Bridge:
                  sensor: Sensor) -> None:
         topology = compile_app(app)
         if topology.repartition_topics:
+            rekeyed = sorted(op.name for op in app.operators.values() if op.key_by is not None)
             raise ConfigError(
-                f"app {app.name!r}: operators that re-key (key_by) need repartition "
-                "topics, which the faust integration does not run yet; run them with "
-                "`streamremat worker`, or key the source topic by the operator's key"
+                f"app {app.name!r}: operator(s) {', '.join(rekeyed)} re-key with key_by, "
+                "which needs a repartition topic and its second stage; the faust "
+                "integration does not run those. Either re-key in faust (an agent that "
+                "sends each record to a topic with key=<the key_by value>) and attach "
+                "the operator to that topic without key_by, or run the re-keying "
+                "operators with `streamremat worker` (docs/faust.md, Limits)"
             )
         self.faust_app = faust_app
         self.app = app
@@ -201,7 +205,7 @@ class Bridge:
                     return k, ""
 
                 await runner.recover(positioner, fetch)
-                await consumer.seek(tp, positioner.seeks[runner.tp])
+                await _seek(consumer, tp, positioner.seeks[runner.tp])
                 self.runners[runner.tp] = runner
             self.assigned = True
 
@@ -283,7 +287,7 @@ class Bridge:
                 log.warning("%s[%d]: got offset %d at position %d; seeking back",
                             tp.topic, tp.partition, first, position)
                 self._gaps[tp] = (position, first)
-                await self.faust_app.consumer.seek(tp, position)
+                await _seek(self.faust_app.consumer, tp, position)
                 continue
             runner.process([_record(m) for m in msgs])
             for name in runner.names:
@@ -365,6 +369,16 @@ class Bridge:
                 highwater = None
             runner.observe_source(highwater)
             runner.report_gauges(highwater)
+
+
+async def _seek(consumer: Any, tp: Any, offset: int) -> None:
+    """faust's seek, made on faust's consumer thread. ``Consumer.seek`` calls
+    aiokafka's ``seek`` from the calling thread, which deletes the partition's
+    fetch buffer while the consumer thread may be iterating those buffers in
+    ``Fetcher.fetched_records`` (a ``KeyError`` there ended the worker, seen in
+    the two-worker fault test). ``seek_wait`` runs the seek via ``call_thread``
+    and sets faust's read offset as ``seek`` does."""
+    await consumer.seek_wait({tp: offset})
 
 
 def _offset(m: Any) -> int:
