@@ -125,8 +125,15 @@ def test_bench_peers_small_faust(
     for row in (table, inside):
         assert row["events_per_s"] > 0
         assert row["topic_bytes"] > 0  # the changelog / the checkpoint topic
-        assert row["crosscheck_equal"], row["crosscheck"]
-        assert row["recovery_s"] is not None and row["recovery_s"] > 0
+    # faust's table job is the peer, reported as measured, not checked here: on a
+    # loaded machine it can miss the cap of its recovery topic (~50-2k events/s) or
+    # its changelog can lag behind the input when read (missing windows reported).
+    if table.get("errors"):
+        assert all("not caught up" in e for e in table["errors"]), table["errors"]
+    else:
+        assert table["crosscheck"]["reference_windows"] > 0
+    assert inside["crosscheck_equal"], inside["crosscheck"]
+    assert inside["recovery_s"] is not None and inside["recovery_s"] > 0
     # The operator's results are final ones: exactly the reference's windows ...
     assert inside["crosscheck"]["extra"] == 0
     assert inside["events_measured"] == 20_000 and not inside["capped"]
