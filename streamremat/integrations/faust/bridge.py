@@ -14,13 +14,13 @@ import asyncio
 import bisect
 import logging
 import os
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
-from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
 from streamremat.core.exceptions import ConfigError
@@ -43,6 +43,11 @@ from streamremat.state.kafka import KafkaCheckpointConfig, KafkaCheckpointStore
 from streamremat.state.rocksdb import RocksDBCheckpointStore
 
 log = logging.getLogger("streamremat.worker")
+
+try:  # faust's lock around its ack bookkeeping (faust-streaming 0.15.3)
+    from faust.types.tuples import ack_lock as _ack_lock
+except ImportError:  # older 0.15.x: acks are not locked there either
+    _ack_lock = threading.RLock()
 
 
 class FaustPartition(PartitionRunner):
@@ -397,7 +402,7 @@ def _ack(consumer: Any, done: Sequence[Sequence[Any]]) -> None:
     order): their offsets become committable at once. The messages never entered
     faust's stream, so nothing tracks them as unacked; offsets below the committed
     one (a replay) are ignored, as ``ack`` does."""
-    with ack_lock:
+    with _ack_lock:
         for msgs in done:
             tp = msgs[0].tp
             committed = consumer._committed_offset[tp]
