@@ -12,12 +12,14 @@
                                          aggregate={"n": Count(), "total": Sum("x")})]),
            state_dir="/var/lib/clicks", metrics_port=9108)
 
-The operator's source becomes a topic of the faust app, consumed by an agent
-that feeds streamremat tasks; its state lives in those tasks with streamremat
-checkpoints (RocksDB + the compacted replica topic), not in faust tables. The
-``streamremat://`` broker scheme is faust's aiokafka transport with one change:
-after faust seeks to the committed offsets, the attached partitions are sought
-back to their checkpoints for the replay (``transport.Consumer``).
+The operator's source becomes a topic of the faust app (an agent subscribes
+faust to it); its records reach streamremat tasks in batches from faust's fetch
+(``transport.Consumer.getmany``), not one by one through faust's stream; its
+state lives in those tasks with streamremat checkpoints (RocksDB + the compacted
+replica topic), not in faust tables. The ``streamremat://`` broker scheme is
+faust's aiokafka transport with two changes: that batch fetch, and after faust
+seeks to the committed offsets, the attached partitions are sought back to their
+checkpoints for the replay (``transport.Consumer``).
 Guarantee: at-least-once, duplicates byte-identical with an idempotency header
 (``H_IDEMPOTENCY``); see ``docs/faust.md``.
 """

@@ -1,5 +1,6 @@
-"""Runs streamremat operators inside a faust app: one agent per source topic feeds
-the partitions' tasks; faust keeps the consumer, the group and the commits.
+"""Runs streamremat operators inside a faust app: the source topics' records come
+in batches from faust's fetch (``transport.Consumer.getmany`` -> ``Bridge.feed``)
+to the partitions' tasks; faust keeps the consumer, the group and the commits.
 
 Per assigned source partition a ``FaustPartition`` (the worker's
 ``PartitionRunner``: same restore, replay, checkpoints and tuner) holds the
@@ -181,7 +182,7 @@ class Bridge:
            move the commit): newest valid checkpoint from RocksDB or the replica,
            replay bounds ``[c, k)``.
         3. ``Consumer.seek(tp, c)``: faust's own seek, so its read offset allows the
-           records below ``k`` again. The agent replays them without output, then
+           records below ``k`` again. ``feed`` replays them without output, then
            goes live at ``k``.
         """
         async with self.lock:
@@ -215,7 +216,7 @@ class Bridge:
             self.assigned = True
 
     def revoking(self) -> None:
-        """faust is about to revoke partitions (see ``agent``)."""
+        """faust is about to revoke partitions (see ``feed``)."""
         self.assigned = False
 
     def _runner(self, tp: TopicPartition) -> FaustPartition:
