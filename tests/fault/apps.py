@@ -10,6 +10,7 @@ many records there are, so a lost, duplicated or reordered record shows.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,9 +98,11 @@ SESSION = FaultOperator(OPERATOR, "out", Session(60),
 SESSIONS_TOO = FaultOperator("sessions", "sessions", Session(60, grace_ms=5),
                              RefWindow("session", 60, grace=5), _maxes, _count_max)
 
-#: exact quantiles: state that grows with the data (issue 14)
-QUANTILES = FaultOperator(OPERATOR, "out", Tumbling(WINDOW_MS),
-                          RefWindow("tumbling", WINDOW_MS), _quantiles, _count_quantiles)
+#: exact quantiles: state that grows with the data (issue 14), stored or recomputed
+QUANTILES_STORE = FaultOperator(OPERATOR, "out", Tumbling(WINDOW_MS),
+                                RefWindow("tumbling", WINDOW_MS), _quantiles, _count_quantiles,
+                                rematerialize="store")
+QUANTILES_RECOMPUTE = dataclasses.replace(QUANTILES_STORE, rematerialize="recompute")
 
 #: Long sessions of every value (state that grows with the data), stored or recomputed.
 COLLECT_RECOMPUTE = FaultOperator(OPERATOR, "out", Session(90), RefWindow("session", 90),
@@ -115,7 +118,8 @@ SCENARIOS: dict[str, tuple[FaultOperator, ...]] = {
     "hopping": (HOPPING,),
     "session": (SESSION,),
     "two-operators": (TUMBLING, SESSIONS_TOO),
-    "quantiles": (QUANTILES,),
+    "quantiles-store": (QUANTILES_STORE,),
+    "quantiles-recompute": (QUANTILES_RECOMPUTE,),
     "collect-recompute": (COLLECT_RECOMPUTE,),
     "collect-store": (COLLECT_STORE,),
 }

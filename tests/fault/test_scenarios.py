@@ -35,7 +35,8 @@ pytestmark = [pytest.mark.fault, pytest.mark.timeout(300)]
 
 #: per scenario: how many keys the feeder spreads records over. Sessions need many
 #: keys so that a key's records are often more than the 60 ms gap apart.
-KEYS = {"hopping": 20, "session": 100, "two-operators": 60, "quantiles": 20}
+KEYS = {"hopping": 20, "session": 100, "two-operators": 60, "quantiles-store": 20,
+        "quantiles-recompute": 20}
 RECORDS = 24_000  # 6k per partition: ~6 s of event time at 1 ms per record
 CHUNK, CHUNK_INTERVAL_S = 1_000, 0.25  # 4k records/s
 KILLS = 3

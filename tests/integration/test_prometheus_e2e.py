@@ -67,16 +67,9 @@ QUERIES = dashboard_queries()
 # entry must be deleted. Keep these sets exactly as small as the gaps.
 
 # The runtime does not report these yet: a hook must be wired (see each reason).
-_PLANS = ("the worker reports no rematerialization plan until recovery with a plan lands "
-          "(issue 14 items 3-4: PartitionRunner.last_plans -> Sensor.on_remat_plan)")
-NOT_WIRED: dict[tuple[str, str], str] = {
-    ("Window groups: store vs recompute", "streamremat_remat_window_groups"): _PLANS,
-    ("Stored window bytes", "streamremat_remat_stored_bytes"): _PLANS,
-    ("Extra replay expected (records)", "streamremat_remat_extra_replay_records"): _PLANS,
-    ("Recovery with the extra replay vs RTO", "streamremat_remat_extra_replay_seconds"): _PLANS,
-    ("Recovery with the extra replay vs RTO", "streamremat_predicted_recovery_seconds"): _PLANS,
-    ("Stores forced by a constraint", "streamremat_remat_forced_stores"): _PLANS,
-}
+# Every hook the dashboard needs is wired (the tuner reports under a fixed policy too,
+# the rematerialization plan with every checkpoint).
+NOT_WIRED: dict[tuple[str, str], str] = {}
 
 # Empty in a run without that fault: the series exists only once the event
 # happens, and nothing outside the worker can make a checkpoint write fail here.
