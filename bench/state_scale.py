@@ -9,7 +9,9 @@ windows = ``size`` entries. A growing-state aggregation (``Collect("amount")``,
 
 * memory: ``tracemalloc``'s traced bytes after the fill minus before it, over the
   entries (Python allocations only: exact, unlike an RSS delta, and it includes
-  the dicts, keys and accumulators; the records are freed as they go);
+  the dicts, keys and accumulators; the records are freed as they go), or with
+  ``--memory rss`` the resident-set growth (allocator slack included; the fill
+  runs ~2x faster without tracing, which the largest size needs here);
 * checkpoint: the runtime's own path, ``Checkpointer.write`` of a full checkpoint
   into a ``RocksDBCheckpointStore`` (encode, frame, zstd, synced WriteBatch);
 * restore: ``restore_stages`` from that store (read, verify, decode) plus the
@@ -26,7 +28,8 @@ windows = ``size`` entries. A growing-state aggregation (``Collect("amount")``,
 Usage::
 
     python bench/state_scale.py [--sizes 100000,1000000,5000000] [--collect-size N]
-                                [--small] [--profile restore|checkpoint]
+                                [--memory tracemalloc|rss] [--small]
+                                [--profile restore|checkpoint]
 
 The last line of stdout is a JSON summary.
 """
@@ -38,6 +41,7 @@ import asyncio
 import cProfile
 import gc
 import json
+import os
 import platform
 import pstats
 import sys
@@ -99,17 +103,28 @@ def batches(n_keys: int, per_key: int) -> Iterator[list[Record]]:
         yield batch
 
 
-def fill(op: Operator, n_keys: int, per_key: int) -> tuple[Task, int]:
-    """A task holding the state, and the traced bytes that state takes."""
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def fill(op: Operator, n_keys: int, per_key: int, memory: str = "tracemalloc"
+         ) -> tuple[Task, int]:
+    """A task holding the state, and the bytes that state takes: traced by
+    ``tracemalloc`` (exact, but it slows the fill ~2x), or the RSS delta (``rss``:
+    includes allocator slack, Linux only)."""
     gc.collect()
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
+    traced = memory == "tracemalloc"
+    if traced:
+        tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0] if traced else _rss_bytes()
     task = Task(op)
     for batch in batches(n_keys, per_key):
         task.process(batch)
     gc.collect()
-    used = tracemalloc.get_traced_memory()[0] - before
-    tracemalloc.stop()
+    used = (tracemalloc.get_traced_memory()[0] if traced else _rss_bytes()) - before
+    if traced:
+        tracemalloc.stop()
     return task, used
 
 
@@ -202,8 +217,8 @@ def _profiled(prof: cProfile.Profile | None, fn: Callable[[], Awaitable[T]]
 
 
 async def measure(op: Operator, n_keys: int, per_key: int, entries_hint: int,
-                  profile: str | None) -> dict[str, Any]:
-    task, used = fill(op, n_keys, per_key)
+                  profile: str | None, memory: str = "tracemalloc") -> dict[str, Any]:
+    task, used = fill(op, n_keys, per_key, memory)
     entries = task.open_windows()
     assert entries == entries_hint, (entries, entries_hint)
     position = task.next_offset or 0
@@ -264,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="Collect entries (keys with one open window each)")
     parser.add_argument("--collect-items", type=int, default=10, help="items per Collect entry")
     parser.add_argument("--small", action="store_true", help="CI size (seconds)")
+    parser.add_argument("--memory", choices=["tracemalloc", "rss"], default="tracemalloc",
+                        help="how memory per entry is measured")
     parser.add_argument("--profile", choices=["checkpoint", "restore"],
                         help="cProfile that phase (to stderr)")
     args = parser.parse_args(argv)
@@ -276,11 +293,12 @@ def main(argv: list[str] | None = None) -> int:
     idle_stall = asyncio.run(with_ticker(lambda: asyncio.sleep(idle_s)))[2]
     print(f"idle loop {idle_s:.0f} s: longest stall {idle_stall:.1f} ms", flush=True)
     for size in sizes:
-        row = asyncio.run(measure(count_sum_op(), size // 2, 1, size // 2 * 2, args.profile))
+        row = asyncio.run(measure(count_sum_op(), size // 2, 1, size // 2 * 2, args.profile,
+                                  args.memory))
         rows[f"count_sum_{size}"] = row
         print(f"count+sum {size:>9,} entries: {json.dumps(row)}", flush=True)
     row = asyncio.run(measure(collect_op(), collect_size, args.collect_items, collect_size,
-                              args.profile))
+                              args.profile, args.memory))
     rows[f"collect_{collect_size}x{args.collect_items}"] = row
     print(f"collect   {collect_size:>9,} entries: {json.dumps(row)}", flush=True)
     worst = max(max(r["checkpoint_stall_ms"], r["restore_stall_ms"], r["freeze_stall_ms"])
@@ -288,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({
         "benchmark": "state_scale",
         "python": platform.python_version(),
-        "memory": "tracemalloc",
+        "memory": args.memory,
         "tick_s": TICK_S,
         "idle_loop_stall_ms": round(idle_stall, 1),
         "runs": rows,
