@@ -172,18 +172,22 @@ async def one_engine(engine: str, bootstrap: str, args: argparse.Namespace) -> d
 
 
 async def check_counts(run: Run, bootstrap: str, start: int, expected: int) -> dict[str, Any]:
-    """Close the window on every partition; the results' counts must add up to every event."""
+    """Close the window on every partition; the results' counts must add up to every event.
+    The results are read once their topic has stopped growing for 5 s (bounded)."""
     closers = [(json.dumps(f"close{p}").encode(), value(0, 0), start + 3 * WINDOW_MS, p, ())
                for p in range(PARTITIONS)]
     await produce(bootstrap, run.topic, closers)
-    deadline = time.monotonic() + 180
-    got = 0
+    deadline = time.monotonic() + 300
+    last: tuple[int, float] = (-1, time.monotonic())
     while time.monotonic() < deadline:
-        windows = await engine_windows(run)
-        got = sum(c for (_k, s), (c, _t) in windows.items() if s == start)
-        if got >= expected:
+        size = sum((await end_offsets(bootstrap, run.output)).values())
+        if size != last[0]:
+            last = (size, time.monotonic())
+        elif size > 0 and time.monotonic() - last[1] >= 5.0:
             break
-        await asyncio.sleep(2.0)
+        await asyncio.sleep(0.5)
+    windows = await engine_windows(run)  # raises on a window emitted twice
+    got = sum(c for (_k, s), (c, _t) in windows.items() if s == start)
     return {"expected_count": expected, "results_count": got, "equal": got == expected}
 
 
