@@ -14,7 +14,6 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 import streamremat.runtime.partition as partition_module
 from streamremat import App, Count, Operator, Sum, Tumbling
@@ -22,33 +21,12 @@ from streamremat.runtime.kafka import ProducerRecord, consume_all, end_offsets, 
 from streamremat.runtime.outputs import H_REASON, H_STAGE, H_WINDOW
 from streamremat.runtime.settings import CheckpointSettings, WorkerSettings
 from streamremat.runtime.worker import Worker
+from tests.integration.group_offsets import committed_total
+from tests.unit.poison_support import BIG, PriceTotal
 from tests.unit.reference import RefWindow, run_reference
 
 PARTITIONS = 2
 SIZE_MS = 1_000
-BIG = 2**63 - 1  # three in one window overflow what a JSON encoder takes
-
-
-class PriceTotal:
-    """A custom aggregation as a new user writes it: ``add`` assumes the field."""
-
-    def zero(self) -> int:
-        return 0
-
-    def add(self, acc: int, value: dict[str, Any]) -> int:
-        return acc + value["price"]
-
-    def merge(self, a: int, b: int) -> int:
-        return a + b
-
-    def result(self, acc: int) -> int:
-        return acc
-
-    def encode(self, acc: int) -> bytes:
-        return orjson.dumps(acc)
-
-    def decode(self, data: bytes) -> int:
-        return int(orjson.loads(data))
 
 
 def _clicks(key: Any, start: int, end: int, n: int) -> dict[str, Any]:
@@ -116,22 +94,11 @@ def _json(obj: Any) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
 
 
-async def _committed(bootstrap: str, group: str, topic: str) -> int:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
-                                enable_auto_commit=False)
-    await consumer.start()
-    try:
-        return sum([await consumer.committed(TopicPartition(topic, p)) or 0
-                    for p in range(PARTITIONS)])
-    finally:
-        await consumer.stop()
-
-
 async def _wait_committed(worker: Worker, task: asyncio.Task[int], bootstrap: str,
                           topic: str, timeout_s: float = 60) -> None:
     target = sum((await end_offsets(bootstrap, topic)).values())
     deadline = time.monotonic() + timeout_s
-    while await _committed(bootstrap, worker.group_id, topic) < target:
+    while await committed_total(bootstrap, worker.group_id, topic, PARTITIONS) < target:
         assert not task.done(), f"worker stopped early with {task.result()}"
         assert time.monotonic() < deadline, "worker did not catch up in time"
         await asyncio.sleep(0.2)
@@ -220,7 +187,7 @@ async def test_internal_error_commits_nothing_of_the_failed_batch(
         assert await asyncio.wait_for(task, 60) == 3
     internal = [r for r in caplog.records if "internal error" in r.getMessage()]
     assert internal and internal[0].exc_info is not None
-    assert await _committed(kafka_bootstrap, worker.group_id, source) == len(first)
+    assert await committed_total(kafka_bootstrap, worker.group_id, source, PARTITIONS) == len(first)
 
     monkeypatch.setattr(partition_module, "to_records", real_to_records)
     restarted = _worker(source, kafka_bootstrap, tmp_path, operators)

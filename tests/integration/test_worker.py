@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from streamremat import App, Count, Operator, Sum, Tumbling
@@ -32,6 +32,7 @@ from streamremat.runtime.settings import (
 )
 from streamremat.runtime.worker import Worker
 from tests.expect import Expected, RefOperator, SourceRow, expected_output, results_of
+from tests.integration.group_offsets import committed_total
 from tests.unit.reference import RefWindow
 
 PARTITIONS = 2
@@ -80,24 +81,13 @@ async def _sink_results(bootstrap: str, sink: str) -> collections.Counter[Any]:
     return results_of((r.key, r.value) for r in records)
 
 
-async def _committed(bootstrap: str, group: str, topic: str) -> int:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
-                                enable_auto_commit=False)
-    await consumer.start()
-    try:
-        return sum([await consumer.committed(TopicPartition(topic, p)) or 0
-                    for p in range(PARTITIONS)])
-    finally:
-        await consumer.stop()
-
-
 async def _run_until_committed(worker: Worker, bootstrap: str, topic: str,
                                timeout_s: float = 60) -> int:
     task = asyncio.create_task(worker.run(handle_signals=False))
     target = sum((await end_offsets(bootstrap, topic)).values())
     deadline = time.monotonic() + timeout_s
     try:
-        while await _committed(bootstrap, worker.group_id, topic) < target:
+        while await committed_total(bootstrap, worker.group_id, topic, PARTITIONS) < target:
             assert not task.done(), f"worker stopped early with {task.result()}"
             assert time.monotonic() < deadline, "worker did not catch up in time"
             await asyncio.sleep(0.2)

@@ -15,149 +15,27 @@ aggregations, per window type:
 from __future__ import annotations
 
 import itertools
-from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.strategies import DataObject
 
-from streamremat import (
-    JSON,
-    Collect,
-    Count,
-    DistinctCount,
-    Hopping,
-    Max,
-    Mean,
-    Median,
-    Min,
-    Operator,
-    Quantiles,
-    Session,
-    Sliding,
-    Sum,
-    TopK,
-    Tumbling,
-)
+from streamremat import JSON, Operator
 from streamremat.core.records import Record
 from streamremat.core.task import Task
 from streamremat.testing import TestDriver
-from tests.unit.reference import RefWindow, ref_quantile, run_reference
-
-KINDS = ("tumbling", "hopping", "sliding", "session")
-KEYS = ("a", "b", "c", "d")
-ITEMS = ("x", "y", "z", "w")
-
-EXAMPLES = settings(
-    max_examples=300,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+from tests.unit.equivalence_support import (
+    AGGREGATIONS,
+    EXAMPLES,
+    FAULTS,
+    KINDS,
+    inputs,
+    run_with_faults,
+    windows,
 )
-
-
-# -- aggregations: engine factory and brute-force result from the item values ----------
-
-
-def _top(items: list[tuple[str, int]], k: int) -> list[tuple[str, int]]:
-    weights: Counter[str] = Counter()
-    for item, w in items:
-        weights[item] += w
-    return sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
-
-
-AGGREGATIONS: dict[str, tuple[Callable[[], Any], Callable[[list[dict[str, Any]]], Any]]] = {
-    "count": (Count, len),
-    "sum": (lambda: Sum("v"), lambda vs: sum(v["v"] for v in vs)),
-    "collect": (lambda: Collect("v"), lambda vs: [v["v"] for v in vs]),
-    "min": (lambda: Min("v"), lambda vs: min((v["v"] for v in vs), default=None)),
-    "max_str": (lambda: Max("s"), lambda vs: max((v["s"] for v in vs), default=None)),
-    "mean": (
-        lambda: Mean("v"),
-        lambda vs: sum(v["v"] for v in vs) / len(vs) if vs else None,
-    ),
-    "topk": (lambda: TopK(2, of="s"), lambda vs: _top([(v["s"], 1) for v in vs], 2)),
-    "topk_weighted": (
-        lambda: TopK(3, of="s", weight="v"),
-        lambda vs: _top([(v["s"], v["v"]) for v in vs], 3),
-    ),
-    "distinct": (lambda: DistinctCount("s"), lambda vs: len({v["s"] for v in vs})),
-    "quantiles": (
-        lambda: Quantiles("v", [0.0, 0.25, 0.5, 0.99, 1.0]),
-        lambda vs: [ref_quantile([v["v"] for v in vs], q) for q in (0.0, 0.25, 0.5, 0.99, 1.0)]
-        if vs
-        else None,
-    ),
-    "median": (lambda: Median("v"), lambda vs: ref_quantile([v["v"] for v in vs], 0.5)),
-    "dict": (
-        lambda: {
-            "n": Count(),
-            "sum": Sum("v"),
-            "lo": Min("v"),
-            "all": Collect("s"),
-            "top": TopK(2, of="s", weight="v"),
-        },
-        lambda vs: {
-            "n": len(vs),
-            "sum": sum(v["v"] for v in vs),
-            "lo": min((v["v"] for v in vs), default=None),
-            "all": [v["s"] for v in vs],
-            "top": _top([(v["s"], v["v"]) for v in vs], 2),
-        },
-    ),
-}
-
-
-# -- strategies -------------------------------------------------------------------------
-
-
-@st.composite
-def windows(draw: Callable[..., Any], kind: str) -> tuple[Any, RefWindow]:
-    grace = draw(st.integers(0, 30) | st.just(0))
-    if kind == "tumbling":
-        size = draw(st.integers(1, 60))
-        return Tumbling(size, grace_ms=grace), RefWindow("tumbling", size, grace=grace)
-    if kind == "hopping":
-        size = draw(st.integers(1, 60))
-        advance = draw(st.integers(1, size))
-        return (
-            Hopping(size, advance, grace_ms=grace),
-            RefWindow("hopping", size, advance, grace),
-        )
-    if kind == "sliding":
-        size = draw(st.integers(1, 40))
-        return Sliding(size, grace_ms=grace), RefWindow("sliding", size, grace=grace)
-    gap = draw(st.integers(1, 30))
-    return Session(gap, grace_ms=grace), RefWindow("session", gap, grace=grace)
-
-
-@st.composite
-def timestamps(draw: Callable[..., Any], n: int) -> list[int]:
-    """Mostly advancing with jitter back in time (out of order, duplicates), or uniform."""
-    if draw(st.booleans()):
-        return draw(st.lists(st.integers(0, 150), min_size=n, max_size=n))
-    out, base = [], 0
-    for _ in range(n):
-        base += draw(st.integers(0, 12))
-        back = draw(st.sampled_from([0, 0, 0, 1, 5]) | st.integers(0, 80))
-        out.append(max(0, base - back))
-    return out
-
-
-@st.composite
-def inputs(draw: Callable[..., Any]) -> list[tuple[str, int, dict[str, Any]]]:
-    """(key, timestamp ms, value) records; values carry their index ``i``."""
-    n = draw(st.integers(0, 40))
-    keys = draw(st.lists(st.sampled_from(KEYS), min_size=1, max_size=4, unique=True))
-    times = draw(timestamps(n))
-    out = []
-    for i, t in enumerate(times):
-        key = draw(st.sampled_from(keys))
-        value = {"i": i, "v": draw(st.integers(-5, 20)), "s": draw(st.sampled_from(ITEMS))}
-        out.append((key, t, value))
-    return out
+from tests.unit.reference import run_reference
 
 
 def _operator(window: Any, agg_name: str) -> Operator:
@@ -170,26 +48,16 @@ def _operator(window: Any, agg_name: str) -> Operator:
     )
 
 
-def _drive(op: Operator, records: list[tuple[str, int, dict[str, Any]]], faults: Any = None):
-    """Send every record through a TestDriver; ``faults[i]`` are the fault operations
-    run before record i (and ``faults[len]`` after the last one)."""
+def _drive(op: Operator, records: list[tuple[str, int, dict[str, Any]]],
+           faults: Any = None) -> TestDriver:
+    """Send every record through a TestDriver, with ``faults`` (see ``run_with_faults``)."""
     driver = TestDriver(op)
-    crashed = False
-    for i in range(len(records) + 1):
-        for fault in faults[i] if faults else ():
-            if fault == "checkpoint" and not crashed:
-                driver.checkpoint()
-            elif fault == "crash" and not crashed:
-                driver.crash()
-                crashed = True
-            elif fault == "recover" and crashed:
-                driver.recover()
-                crashed = False
-        if i < len(records):
-            key, t, value = records[i]
-            driver.send(key, value, timestamp_ms=t)
-    if crashed:
-        driver.recover()
+
+    def send(i: int) -> None:
+        key, t, value = records[i]
+        driver.send(key, value, timestamp_ms=t)
+
+    run_with_faults(driver, len(records), send, faults, lambda i: driver.checkpoint())
     return driver
 
 
@@ -227,9 +95,6 @@ def test_failure_free_run_matches_reference(kind: str, data: DataObject) -> None
 
 
 # -- (a) faults never change the output -------------------------------------------------------
-
-
-FAULTS = st.lists(st.sampled_from(["checkpoint", "crash", "recover"]), max_size=3)
 
 
 @pytest.mark.parametrize("kind", KINDS)

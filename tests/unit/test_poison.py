@@ -12,32 +12,8 @@ from streamremat import Count, Hopping, Operator, Session, Sliding, Sum, Tumblin
 from streamremat.core.records import Record
 from streamremat.core.task import Task
 from streamremat.testing import TestDriver
+from tests.unit.poison_support import BIG, PriceTotal
 from tests.unit.reference import RefWindow, run_reference
-
-BIG = 2**63 - 1  # three of them overflow the 64 bits JSON encoders take
-
-
-class PriceTotal:
-    """A custom aggregation as a new user writes it: ``add`` assumes the field."""
-
-    def zero(self) -> int:
-        return 0
-
-    def add(self, acc: int, value: dict[str, Any]) -> int:
-        return acc + value["price"]
-
-    def merge(self, a: int, b: int) -> int:
-        return a + b
-
-    def result(self, acc: int) -> int:
-        return acc
-
-    def encode(self, acc: int) -> bytes:
-        return orjson.dumps(acc)
-
-    def decode(self, data: bytes) -> int:
-        return int(orjson.loads(data))
-
 
 WINDOWS: dict[str, tuple[Any, RefWindow]] = {
     "tumbling": (Tumbling(100), RefWindow("tumbling", 100)),

@@ -30,9 +30,16 @@ from streamremat import JSON, App, Operator
 from streamremat.core.topology import repartition_topic
 from streamremat.runtime.outputs import partition_for
 from streamremat.testing import Emission, TestDriver
+from tests.unit.equivalence_support import (
+    AGGREGATIONS,
+    FAULTS,
+    KINDS,
+    inputs,
+    run_with_faults,
+    windows,
+)
+from tests.unit.equivalence_support import EXAMPLES as BASE
 from tests.unit.reference import run_reference
-from tests.unit.test_equivalence import AGGREGATIONS, FAULTS, KINDS, inputs, windows
-from tests.unit.test_equivalence import EXAMPLES as BASE
 
 #: fewer than the single-task properties: each example runs up to four drivers
 EXAMPLES = settings(BASE, max_examples=120)
@@ -48,22 +55,15 @@ def _operator(window: Any, agg_name: str) -> Operator:
 
 def _drive(app: App, partitions: int, sent: list[Sent], faults: Any = None) -> TestDriver:
     driver = TestDriver(app, partitions=partitions)
-    crashed = False
-    for i in range(len(sent) + 1):
-        for fault in faults[i] if faults else ():
-            if fault == "checkpoint" and not crashed:
-                driver.checkpoint(partition=None if i % 2 else i % partitions)
-            elif fault == "crash" and not crashed:
-                driver.crash()
-                crashed = True
-            elif fault == "recover" and crashed:
-                driver.recover()
-                crashed = False
-        if i < len(sent):
-            p, t, value = sent[i]
-            driver.send(None, value, timestamp_ms=t, partition=p)
-    if crashed:
-        driver.recover()
+
+    def send(i: int) -> None:
+        p, t, value = sent[i]
+        driver.send(None, value, timestamp_ms=t, partition=p)
+
+    def checkpoint(i: int) -> None:
+        driver.checkpoint(partition=None if i % 2 else i % partitions)
+
+    run_with_faults(driver, len(sent), send, faults, checkpoint)
     return driver
 
 
