@@ -55,7 +55,9 @@ class BrokerConfig:
     heap_mb: int = 1024
     # Test sessions set this so a killed pytest leaves no orphan JVM (Linux only).
     stop_with_parent: bool = False
-    start_timeout_s: float = 60.0
+    # A JVM broker's start takes 10-20 s on an idle 2-core machine and over a
+    # minute under load (a fresh clone's `make demo` missed 60 s at load 24).
+    start_timeout_s: float = 180.0
     stop_timeout_s: float = 30.0
     node_id: int = 1
     voters: tuple[tuple[int, int], ...] = ()
