@@ -21,13 +21,13 @@ from streamremat.core.codec import (
     write_uvarint,
 )
 from streamremat.core.exceptions import StateFormatError, reason_of
+from streamremat.core.fastpath import FastPath
 from streamremat.core.keyed_state import SessionState, SlidingState
 from streamremat.core.operator import Operator
 from streamremat.core.records import BatchOutput, DeadLetter, LateRecord, SourceRecord
 from streamremat.core.remat_state import grows
 from streamremat.core.window_state import (
     NO_TIME,
-    Failure,
     FixedWindowState,
     Group,
     WindowState,
@@ -75,6 +75,13 @@ class Task:
         self.shares_decoded = (
             self._plain and self._decode_value and _reads_only(operator.aggregator)
         )
+        ts_by = operator.timestamp_by
+        #: the batch fold for the common shapes (``core/fastpath.py``), None for the rest
+        self.fast = FastPath.for_task(
+            self.state, operator.aggregator, operator.value_serde,
+            not (operator.steps or operator.key_by or callable(ts_by)),
+            ts_by if isinstance(ts_by, str) else None,
+        )
 
     @property
     def stream_time_ms(self) -> int | None:
@@ -110,9 +117,14 @@ class Task:
                     r for r in records
                     if type(r.timestamp) is not int or last_close(r.timestamp) > horizon_ms
                 ]
-        srcs, keys, times, items = self._prepare(records, out.dead_letters, decoded)
-        failed: list[Failure] = []
-        late = self.state.add_batch(srcs, keys, times, items, failed)
+        folded = None if self.fast is None else self.fast.fold(records, decoded)
+        if folded is not None:
+            srcs = records
+            times, late, failed = folded
+        else:
+            srcs, keys, times, items = self._prepare(records, out.dead_letters, decoded)
+            failed = []
+            late = self.state.add_batch(srcs, keys, times, items, failed)
         results = self.state.close(out.failed)
         self.next_offset = next_offset
         if not emit:
