@@ -44,6 +44,9 @@ from streamremat.core.records import SourceRecord
 from streamremat.core.serdes import JsonSerde, RawSerde
 from streamremat.core.window_state import NO_TIME, Failure, FixedWindowState
 
+#: False: every task takes the general path (the benchmarks' A/B switch)
+enabled = True
+
 _KEY, _VALUE, _TIME = attrgetter("key"), attrgetter("value"), attrgetter("timestamp")
 _NUMBERS = frozenset((int, float))
 _INTS = frozenset((int,))
@@ -109,7 +112,7 @@ class FastPath:
     ) -> FastPath | None:
         """The fast path for this shape, or None when only the general path can run it.
         ``plain``: no steps, no ``key_by``, no callable ``timestamp_by``."""
-        if not plain or type(state) is not FixedWindowState:
+        if not enabled or not plain or type(state) is not FixedWindowState:
             return None
         parts = agg.parts if isinstance(agg, Composite) else (agg,)
         kinds = [_kind(p) for p in parts]

@@ -60,19 +60,26 @@ bad_values = st.sampled_from([
     b"{not json", b'{"y": 1}', None, b"[1, 2]", b'{"x": true}', b'{"x": null}', b'{"x": "s"}',
     b'{"x": "\xff"}', b"7", b'{"x": 1e400}', b'{"x": [1]}',
 ])
-values = st.one_of(good_values, good_values, good_values, bad_values)
 keys = st.sampled_from([b'"a"', b'"b"', b'"c"', b'"d"'])
-times = st.one_of(st.integers(0, 600), st.integers(0, 600), st.sampled_from([None, -5]))
 
 
 @st.composite
 def streams(draw: Any, bad: bool = True) -> list[Record]:
+    """Records, a share of them bad (none, a few or many: with many, most batches
+    take the general path; with a few, most take the fast one)."""
     n = draw(st.integers(0, 80))
+    bad_pct = draw(st.sampled_from([0, 2, 10, 30])) if bad else 0
     recs = []
     for i in range(n):
-        key = draw(st.one_of(keys, st.just(None)) if bad else keys)
-        t = draw(times if bad else st.integers(0, 600))
-        v = draw(values if bad else good_values)
+        key, t, v = draw(keys), draw(st.integers(0, 600)), draw(good_values)
+        if draw(st.integers(0, 99)) < bad_pct:
+            which = draw(st.sampled_from(["key", "time", "value"]))
+            if which == "key":
+                key = None
+            elif which == "time":
+                t = draw(st.sampled_from([None, -5]))
+            else:
+                v = draw(bad_values)
         recs.append(Record(key, v, None if t is None else T0 + t, i))
     return recs
 
@@ -214,3 +221,13 @@ def test_clean_streams_take_the_fast_path_and_match_the_reference(
     assert emitted == [(k, s, e, v) for k, s, e, v in ref.emissions]
     assert late == ref.late
     assert all(math.isfinite(float(x)) for _, _, x in items)
+
+
+@pytest.mark.parametrize("window", sorted(WINDOWS))
+def test_a_window_starting_with_negative_zero(window: str) -> None:
+    """``Sum``'s and ``Mean``'s accumulators start at int 0, and 0 + -0.0 is 0.0."""
+    recs = [Record(b'"a"', b'{"x": -0.0}', T0, 0), Record(b'"b"', b'{"x": 2}', T0 + 900, 1)]
+    for shape in ("sum", "mean", "all"):
+        fast, pure = _pair(_op(WINDOWS[window](), SHAPES[shape]()))
+        assert _run(fast, [recs[:1], recs[1:]], {0}) == _run(pure, [recs[:1], recs[1:]], {0})
+        assert "-0.0" not in repr(_run(fast, [recs], set()))
