@@ -1,10 +1,12 @@
 """The batch fast path: the common operator shapes folded a whole batch at a time.
 
-Shapes: ``Count()``, ``Sum``, ``Min``, ``Max``, ``Mean`` of a field (or of the whole
-value), or a dict of them, over tumbling or hopping windows, keyed by the record
-key, timed by the record timestamp or a value field, with no steps and the
-built-in JSON (or, for ``Count()``, raw) value serde. Everything else, and every
-batch the fast path can't prove clean, takes ``Task``'s general path.
+Shapes: a dict of ``Count()``, ``Sum``, ``Min``, ``Max``, ``Mean`` of a field (or
+of the whole value), or a lone ``Min``, ``Max`` or ``Mean`` (a lone ``Count`` or
+``Sum`` has a loop of its own in the general path, as fast), over tumbling or
+hopping windows, keyed by the record key, timed by the record timestamp or a
+value field, with no steps and the built-in JSON (or, for ``Count()``, raw) value
+serde. Everything else, and every batch the fast path can't prove clean, takes
+``Task``'s general path.
 
 How a batch goes (``FastPath.fold``):
 
@@ -32,6 +34,7 @@ save at 1,000 records; numpy's grouping needs a key -> index dict per record fir
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -103,6 +106,7 @@ class FastPath:
             # Min and Max also take strings (Min.check), but not mixed with numbers.
             alt = _STRS if kind in ("min", "max") else _NUMBERS
             self._columns.append((get, _NUMBERS, alt))
+        self._reads_values = time_field is not None or bool(self._columns)
         self._fold = _compile(self.kinds, composite, state.advance != state.size)
 
     @classmethod
@@ -116,6 +120,10 @@ class FastPath:
             return None
         parts = agg.parts if isinstance(agg, Composite) else (agg,)
         kinds = [_kind(p) for p in parts]
+        if kinds in (["count"], ["sum"]) and not isinstance(agg, Composite):
+            # A lone Count or Sum has its own tight loop in the general path, as fast
+            # as this one (bench/core_throughput.py): nothing to gain
+            return None
         if any(k is None for k in kinds):
             return None
         fields = [p.field_names[0] if p.field_names else None for p in parts]
@@ -135,6 +143,8 @@ class FastPath:
         """Fold the whole batch; return (event times, late indices, failed folds), or
         None, having changed nothing, when some record needs the general path.
         ``decoded``: offset -> value already decoded by the caller (shared decode)."""
+        if not records:  # all skipped by the replay horizon: nothing to prove
+            return None
         keys = list(map(_KEY, records))
         if None in keys:
             return None
@@ -150,7 +160,10 @@ class FastPath:
                 if None in raw:
                     return None
                 try:
-                    values = list(map(orjson.loads, raw))
+                    if self._reads_values:
+                        values = list(map(orjson.loads, raw))
+                    else:  # Count() only: decoded to find bad JSON, values not kept
+                        deque(map(orjson.loads, raw), maxlen=0)
                 except orjson.JSONDecodeError:
                     return None
         columns = []
@@ -206,9 +219,13 @@ def _compile(kinds: tuple[str, ...], composite: bool, hopping: bool) -> Callable
     unpack = "".join(f", {n}" for n in names)
     cols = "".join(f", c[{j}]" for j in range(col))
     body = _HOPPING if hopping else _TUMBLING
+    if not any(k in ("min", "max") for k in kinds):
+        # nothing else can raise: counts and sums of checked numbers
+        body = body.replace(_TRY_TUMBLING, _NO_TRY_TUMBLING).replace("        prev = st\n", "")
     src = body.format(
         unpack=unpack, cols=cols, new=new,
         update="\n".join(" " * 16 + line for line in update).lstrip(),
+        update_12="\n".join(" " * 12 + line for line in update).lstrip(),
         update_h="\n".join(" " * 20 + line for line in update).lstrip(),
     )
     namespace: dict[str, Any] = {"NO_TIME": NO_TIME, "reason_of": reason_of}
@@ -253,6 +270,18 @@ def fold(state, srcs, keys, times, c, late, failed):
                 continue
         cur_dirty.add(key)
     state.stream_time = st
+"""
+
+_TRY_TUMBLING = """
+            try:
+                {update}
+            except Exception as exc:
+                failed.append((i, reason_of(exc)))
+                st = prev
+                continue
+"""
+_NO_TRY_TUMBLING = """
+            {update_12}
 """
 
 _HOPPING = """
