@@ -29,6 +29,11 @@ def test_core_throughput_small() -> None:
     assert {"tumbling_count_1k_keys", "tumbling_count_100k_keys", "hopping_sum_1k_keys",
             "session_count_10k_keys"} <= set(rates)
     assert all(isinstance(v, int | float) and v > 0 for v in rates.values())
+    # the fast path against the general path, and the goal, on the last line
+    by_path = summary["fast_vs_pure"]
+    assert isinstance(by_path, dict) and by_path["tumbling_count_sum_1k_keys"]["pure"] > 0
+    assert summary["goals"] == {"tumbling_count_sum_1k_keys": 4_000_000}
+    assert isinstance(summary["goals_met"], dict)
 
 
 @pytest.mark.parametrize("scenario_key", ["scenarios"])
