@@ -219,6 +219,7 @@ def _compile(kinds: tuple[str, ...], composite: bool, hopping: bool) -> Callable
     unpack = "".join(f", {n}" for n in names)
     cols = "".join(f", c[{j}]" for j in range(col))
     body = _HOPPING if hopping else _TUMBLING
+    assert hopping or _TRY_TUMBLING in body
     if not any(k in ("min", "max") for k in kinds):
         # nothing else can raise: counts and sums of checked numbers
         body = body.replace(_TRY_TUMBLING, _NO_TRY_TUMBLING).replace("        prev = st\n", "")
@@ -277,6 +278,7 @@ _TRY_TUMBLING = """
                 {update}
             except Exception as exc:
                 failed.append((i, reason_of(exc)))
+                state._unknown_first(t)
                 st = prev
                 continue
 """
