@@ -402,13 +402,13 @@ class PartitionRunner:
             self.feed.checkpoint_skipped()
             return  # nothing new since the last checkpoint
         self.last_plans = await self.checkpointer.write(self.tasks, self.position, clean,
-                                                        self._planner(self.tasks))
+                                                        self._planner(self.tasks, clean))
         self.feed.checkpoint_written(
             f"{self.tp.topic}[{self.tp.partition}]", self.position, self._restored_offset(),
             {tid.operator: plan for tid, plan in self.last_plans.items()}, self.sensor,
             self.tp.partition)
 
-    def _planner(self, tasks: list[Task]) -> Callable[[], dict[TaskId, RematPlan]]:
+    def _planner(self, tasks: list[Task], clean: bool) -> Callable[[], dict[TaskId, RematPlan]]:
         """Each task's plan for a checkpoint at the current position, from the tuner's
         decision and the retention bound of this partition's topic (read here, on
         the loop; the returned call sizes the groups, in the checkpoint's thread)."""
@@ -417,7 +417,8 @@ class PartitionRunner:
         position = self.position
         safe_from = self._retention.safe_from(now, needed_for_s(decision), position)
         ids = [c.task_id for c in self.checkpointer.chains]
-        return lambda: plan_checkpoint(tasks, ids, decision, position, safe_from, self.tp.topic)
+        return lambda: plan_checkpoint(tasks, ids, decision, position, safe_from, self.tp.topic,
+                                       clean)
 
     async def drain_replica(self, timeout_s: float) -> None:
         """Wait for background replica writes (on revocation and shutdown)."""

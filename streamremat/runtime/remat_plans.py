@@ -55,13 +55,20 @@ class RetentionBound:
 
 def plan_checkpoint(
     tasks: Sequence[Task], task_ids: Sequence[TaskId], decision: TunerDecision,
-    checkpoint_offset: int, safe_from: int | None, topic: str,
+    checkpoint_offset: int, safe_from: int | None, topic: str, clean: bool = False,
 ) -> dict[TaskId, RematPlan]:
-    """Each task's plan for the checkpoint about to be written at ``checkpoint_offset``."""
+    """Each task's plan for the checkpoint about to be written at ``checkpoint_offset``.
+
+    A ``clean`` checkpoint (revocation, shutdown) stores every group: the next
+    owner restores from it for certain, so a recompute there is no bet on a
+    failure that may not come but extra replay paid every time; and a group
+    rebalancing faster than that replay would hand the same recompute range on
+    for ever (seen in bench/rematerialize.py under ``auto``)."""
     inputs = plan_inputs(decision, checkpoint_offset, safe_from, topic)
     return {
         task_id: plan(inputs, [WindowCandidate(*g) for g in task.groups()],
-                      Rematerialize(task.operator.rematerialize))
+                      Rematerialize.STORE if clean
+                      else Rematerialize(task.operator.rematerialize))
         for task, task_id in zip(tasks, task_ids, strict=True)
     }
 

@@ -64,3 +64,31 @@ async def test_recompute_sessions_survive_kill9_with_small_checkpoints(
     stored, recomputed = checkpoint_bytes(store), checkpoint_bytes(recompute)
     print(f"checkpoint bytes: store {stored}, recompute {recomputed}")
     assert recomputed * 3 < stored, (stored, recomputed)
+
+
+async def test_a_clean_stop_stores_every_window_so_the_restart_replays_nothing_extra(
+    make_fault_env: MakeFaultEnv,
+) -> None:
+    """The checkpoint written at a clean stop (or a revocation) is restored for
+    certain, so it stores even the groups ``recompute`` leaves out elsewhere: the
+    restart must not replay from below it (before: the next owner replayed the
+    same recompute range after every handover, and a group rebalancing faster
+    than that replay never got live)."""
+    env = make_fault_env("collect-recompute")
+    feeder = Feeder(env.bootstrap, env.source, env.partitions, seed=5)
+    w = env.worker("a", checkpoint_interval=1.0)
+    w.start()
+    await w.wait_live(env.partitions)
+    feeding = asyncio.create_task(feeder.produce(TOTAL, 2_000, 0.3))
+    await asyncio.sleep(1.5)
+    code, _ = await w.stop()
+    assert code == 0, env.dump_logs()
+    w.start()
+    await w.wait_live(env.partitions)
+    restarts = [r for r in env.recoveries() if r.run > 0]
+    assert restarts and all(not r.unclean for r in restarts), recovery_summary(restarts)
+    extra = [r for r in restarts if r.checkpoint_offset is not None
+             and r.replayed > r.committed_offset - r.checkpoint_offset]
+    assert not extra, recovery_summary(restarts)
+    await finish(env, feeding, w)
+    await check_output(env)
