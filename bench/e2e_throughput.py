@@ -36,34 +36,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import gc
-import io
 import json
 import logging
 import os
 import platform
-import pstats
 import random
 import shutil
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _kafka import bench_broker, dir_bytes, produce_fast, read_to_end
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
+from _phases import live_phase, log_field, replay_phase, write_profile
 from aiokafka.partitioner import DefaultPartitioner
 
 from streamremat import App, Count, KafkaSettings, Operator, Sum, Tumbling
 from streamremat.core import fastpath
-from streamremat.core.task import Task
 from streamremat.runtime.kafka import (
     TopicSpec,
     consume_all,
@@ -71,9 +65,7 @@ from streamremat.runtime.kafka import (
     delete_topics,
     end_offsets,
 )
-from streamremat.runtime.partition import PartitionRunner, Phase
 from streamremat.runtime.settings import CheckpointSettings, WorkerSettings
-from streamremat.runtime.worker import Worker
 
 PARTITIONS = 4
 WINDOW_MS = 60_000
@@ -164,247 +156,6 @@ def build_workload(n: int, n_keys: int, spacing_ms: int, seed: int = 11) -> Work
     return wl
 
 
-# -- log capture and a cheap time breakdown -------------------------------------
-
-
-class Capture(logging.Handler):
-    """Keeps the worker's log records (their ``extra`` fields carry the figures)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def events(self, name: str) -> list[logging.LogRecord]:
-        return [r for r in self.records if getattr(r, "event", None) == name]
-
-
-@dataclass
-class Breakdown:
-    """Wall seconds inside a few runtime steps (patched around the methods)."""
-
-    seconds: dict[str, float] = field(default_factory=dict)
-    calls: dict[str, int] = field(default_factory=dict)
-    _undo: list[Callable[[], None]] = field(default_factory=list)
-
-    def _add(self, name: str, dt: float) -> None:
-        self.seconds[name] = self.seconds.get(name, 0.0) + dt
-        self.calls[name] = self.calls.get(name, 0) + 1
-
-    def wrap_sync(self, owner: Any, attr: str, name: str) -> None:
-        orig = getattr(owner, attr)
-
-        def wrapped(*a: Any, **kw: Any) -> Any:
-            t = time.perf_counter()
-            try:
-                return orig(*a, **kw)
-            finally:
-                self._add(name, time.perf_counter() - t)
-
-        setattr(owner, attr, wrapped)
-        self._undo.append(lambda: setattr(owner, attr, orig))
-
-    def wrap_async(self, owner: Any, attr: str, name: str) -> None:
-        orig = getattr(owner, attr)
-
-        async def wrapped(*a: Any, **kw: Any) -> Any:
-            t = time.perf_counter()
-            try:
-                return await orig(*a, **kw)
-            finally:
-                self._add(name, time.perf_counter() - t)
-
-        setattr(owner, attr, wrapped)
-        self._undo.append(lambda: setattr(owner, attr, orig))
-
-    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._gc_started = time.perf_counter()
-        else:
-            self._add(f"gc generation {info['generation']}",
-                      time.perf_counter() - self._gc_started)
-
-    def install(self) -> None:
-        # Time inside the cyclic GC (runtime/gc_tuning.py), by generation collected.
-        self._gc_started = 0.0
-        gc.callbacks.append(self._on_gc)
-        self._undo.append(lambda: gc.callbacks.remove(self._on_gc))
-        self.wrap_async(Worker, "_process", "worker._process (engine + flush)")
-        self.wrap_sync(PartitionRunner, "process", "runner.process (engine + to_records)")
-        self.wrap_sync(Task, "process", "task.process (engine)")
-        self.wrap_async(PartitionRunner, "flush", "runner.flush (send outputs)")
-        self.wrap_async(Worker, "_commit_all", "worker._commit_all (commit + checkpoint)")
-        self.wrap_async(PartitionRunner, "commit", "runner.commit (txn commit)")
-        self.wrap_async(PartitionRunner, "checkpoint", "runner.checkpoint")
-
-    def uninstall(self) -> None:
-        while self._undo:
-            self._undo.pop()()
-
-    def summary(self, total_s: float) -> dict[str, Any]:
-        return {
-            name: {"s": round(s, 3), "share": round(s / total_s, 3) if total_s else None,
-                   "calls": self.calls[name]}
-            for name, s in sorted(self.seconds.items(), key=lambda kv: -kv[1])
-        }
-
-
-# -- phases -----------------------------------------------------------------------
-
-
-async def committed_offsets(admin: Any, group: str, topic: str) -> dict[int, int]:
-    try:
-        offsets = await admin.list_consumer_group_offsets(group)
-    except KafkaError:  # e.g. no coordinator yet while the offsets topic is created
-        return {}
-    return {tp.partition: om.offset for tp, om in offsets.items()
-            if tp.topic == topic and om is not None and om.offset >= 0}
-
-
-async def run_worker(
-    app: App, settings: WorkerSettings, until: Callable[[Worker], Awaitable[bool]],
-    timeout_s: float,
-) -> tuple[Worker, Capture, float, float, int]:
-    """Run a Worker in this process until ``until(worker)``; return
-    (worker, its log, start time, time ``until`` held, exit code). Times: time.time()."""
-    capture = Capture()
-    logger = logging.getLogger("streamremat")
-    logger.addHandler(capture)
-    try:
-        worker = Worker(app, settings)
-        started = time.time()
-        task = asyncio.create_task(worker.run())
-        deadline = time.monotonic() + timeout_s
-        try:
-            while True:
-                if task.done():
-                    raise RuntimeError(f"worker exited early with {task.result()}")
-                if await until(worker):
-                    reached = time.time()
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"worker did not finish within {timeout_s:.0f} s")
-                await asyncio.sleep(0.02)
-        finally:
-            worker.stop()  # a clean stop in every case: commit, checkpoint, close clients
-            code = await task
-        return worker, capture, started, reached, code
-    finally:
-        logger.removeHandler(capture)
-
-
-async def live_phase(
-    bootstrap: str, app: App, settings: WorkerSettings, topic: str, ends: dict[int, int],
-    profile: cProfile.Profile | None, timeout_s: float,
-) -> dict[str, Any]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    group = settings.group_id
-    assert group is not None
-    polls = 0
-
-    samples: list[dict[int, int]] = []
-
-    async def at_end(_worker: Worker) -> bool:
-        nonlocal polls
-        polls += 1
-        if polls % 5:  # the admin call every ~100 ms, not every 20 ms
-            return False
-        committed = await committed_offsets(admin, group, topic)
-        samples.append({p: committed.get(p, 0) for p in ends})
-        return all(committed.get(p, -1) >= end for p, end in ends.items())
-
-    breakdown = Breakdown()
-    breakdown.install()
-    if profile is not None:
-        profile.enable()
-    try:
-        _worker, capture, started, reached, code = await run_worker(
-            app, settings, at_end, timeout_s)
-    finally:
-        if profile is not None:
-            profile.disable()
-        breakdown.uninstall()
-        await admin.close()
-    recovered = capture.events("recovery")
-    if len(recovered) != len(ends):
-        raise RuntimeError(f"expected {len(ends)} partitions live, saw {len(recovered)}")
-    live_from = max(r.created for r in recovered)  # every partition is live from here
-    checkpoints = capture.events("checkpoint")
-    n = sum(ends.values())
-    return {
-        "exit_code": code,
-        "startup_s": live_from - started,
-        "seconds": reached - live_from,
-        "wall_s": reached - started,
-        "events_per_s": n / (reached - live_from),
-        "wall_events_per_s": n / (reached - started),
-        "checkpoints": checkpoints,
-        "breakdown": breakdown.summary(reached - live_from),
-        "spread": catch_up_spread(samples, ends),
-    }
-
-
-def catch_up_spread(samples: list[dict[int, int]], ends: dict[int, int]) -> dict[str, Any]:
-    """Fair progress (issue 10 item 8): per sample of the committed offsets taken
-    while 10-90 % of the backlog was committed, the slowest partition's share of
-    its end over the fastest's; 1.0 is perfectly even, 0 a partition not started."""
-    total = sum(ends.values())
-    spreads = []
-    for s in samples:
-        done = sum(s.values())
-        if 0.1 * total <= done <= 0.9 * total:
-            shares = [s[p] / ends[p] for p in ends if ends[p]]
-            spreads.append(min(shares) / max(shares) if max(shares) else 1.0)
-    if not spreads:
-        return {"samples": 0, "min": None, "median": None}
-    spreads.sort()
-    return {"samples": len(spreads), "min": round(spreads[0], 3),
-            "median": round(spreads[len(spreads) // 2], 3)}
-
-
-async def replay_phase(
-    app: App, settings: WorkerSettings, ends: dict[int, int], timeout_s: float
-) -> dict[str, Any]:
-    async def all_live(worker: Worker) -> bool:
-        runners = list(worker.runners.values())
-        return len(runners) == len(ends) and all(r.phase is Phase.LIVE for r in runners)
-
-    _worker, capture, started, reached, code = await run_worker(
-        app, settings, all_live, timeout_s)
-    recovered = capture.events("recovery")
-    replayed = sum(_f(r, "replayed") for r in recovered)
-    # Partitions restore one after another inside the rebalance callback and the
-    # consumer fetches nothing until all are restored: replay begins at the last
-    # "replaying offsets" line (the log's replay_s also counts that wait).
-    starts = [r.created for r in capture.records if r.getMessage().split(": ", 1)[-1]
-              .startswith("replaying offsets")]
-    begin = max(starts) if starts else min(
-        r.created - _f(r, "replay_s") for r in recovered)
-    end = max(r.created for r in recovered)
-    # A rebalance in the middle (seen intermittently on a loaded machine) checkpoints
-    # the partial replay on revocation; the replay after it starts from there.
-    rebalances = sum(1 for r in capture.records if r.getMessage().startswith("revoked:"))
-    return {
-        "exit_code": code,
-        "replayed": replayed,
-        "rebalances": rebalances,
-        "seconds": end - begin,
-        "events_per_s": replayed / (end - begin) if end > begin else 0.0,
-        "log_events_per_s": replayed / max(_f(r, "replay_s") for r in recovered),
-        "restore_s": begin - started,
-        "wall_s": reached - started,
-        "per_partition": {
-            _f(r, "partition"): {"replayed": _f(r, "replayed"),
-                                 "replay_s": round(_f(r, "replay_s"), 3),
-                                 "restore_s": round(_f(r, "restore_s"), 3)}
-            for r in recovered
-        },
-    }
-
-
 async def check_results(bootstrap: str, sink: str, wl: Workload) -> dict[str, Any]:
     rows = await consume_all(bootstrap, sink, timeout_s=300)
     n_sum = total_sum = 0
@@ -439,20 +190,15 @@ def changelog_estimate(wl: Workload) -> dict[str, Any]:
     }
 
 
-def _f(record: logging.LogRecord, name: str) -> Any:
-    """An ``extra`` field of a worker log record."""
-    return getattr(record, name)
-
-
 def checkpoint_figures(
     checkpoints: list[logging.LogRecord], interval_s: float, events: int, local_bytes: int,
 ) -> dict[str, Any]:
-    written = sum(_f(r, "bytes") for r in checkpoints)
-    kinds = [_f(r, "kind") for r in checkpoints]
+    written = sum(log_field(r, "bytes") for r in checkpoints)
+    kinds = [log_field(r, "kind") for r in checkpoints]
     return {
         "policy": "fixed", "interval_s": interval_s,
         "count": len(checkpoints), "full": kinds.count("full"), "delta": kinds.count("delta"),
-        "clean": sum(1 for r in checkpoints if _f(r, "clean")),
+        "clean": sum(1 for r in checkpoints if log_field(r, "clean")),
         "bytes": written,
         "bytes_per_1M_events": round(written * 1_000_000 / events),
         "local_rocksdb_dir_bytes": local_bytes,
@@ -518,7 +264,7 @@ async def run(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
                   f"catch-up spread min {live['spread']['min']})",
                   file=sys.stderr)
             if profile is not None:
-                _write_profile(profile, args.profile)
+                write_profile(profile, args.profile)
             local_bytes = dir_bytes(Path(live_settings.state_dir))
             results = (await check_results(bootstrap, op.sink, wl)) if args.verify else None
             sink_end_before = await end_offsets(bootstrap, op.sink)
@@ -600,18 +346,6 @@ async def run(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
 def live_goal(keys: int) -> float:
     """The live/raw goal for a run over ``keys`` keys."""
     return GOAL_LIVE_OVER_RAW if keys <= 1000 else GOAL_LIVE_OVER_RAW_MANY_KEYS
-
-
-def _write_profile(profile: cProfile.Profile, target: str) -> None:
-    buf = io.StringIO()
-    stats = pstats.Stats(profile, stream=buf)
-    stats.sort_stats("tottime").print_stats(30)
-    stats.sort_stats("cumulative").print_stats(40)
-    if target == "-":
-        print(buf.getvalue(), file=sys.stderr)
-    else:
-        Path(target).write_text(buf.getvalue())
-        print(f"profile of the live phase written to {target}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,8 +21,8 @@ Per layout: a fresh topic (4 partitions), the worker live (in this process,
 exactly-once, a fresh group, ``Tumbling(60 s)`` ``{"n": Count(), "total":
 Sum("x")}``) until its committed offsets reach the end; then a second worker in
 the same group with no local state and an empty checkpoint topic, which replays
-``[0, committed)`` without emitting (the phases of ``e2e_throughput.py``, whose
-code this reuses). ``skippable`` is the share of records whose window closed by
+``[0, committed)`` without emitting (the phases of ``e2e_throughput.py``, in
+``_phases.py``). ``skippable`` is the share of records whose window closed by
 the committed stream time of their partition (computed from the generated
 events). Goal: replay of the backlog >= 2x live (issue 15). ``--profile FILE``
 writes a cProfile of the backlog's replay phase.
@@ -55,8 +55,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _kafka import bench_broker, produce_fast
+from _phases import live_phase, replay_phase, write_profile
 from aiokafka.partitioner import DefaultPartitioner
-from e2e_throughput import _write_profile, live_phase, make_operator, replay_phase
+from e2e_throughput import make_operator
 
 from streamremat import App, KafkaSettings
 from streamremat.runtime.kafka import TopicSpec, create_topics, delete_topics, end_offsets
@@ -134,7 +135,7 @@ async def one_layout(bootstrap: str, layout: str, n_keys: int, args: argparse.Na
             if profile is not None:
                 profile.disable()
         if profile is not None:
-            _write_profile(profile, args.profile)
+            write_profile(profile, args.profile)
     finally:
         if not args.keep_topics:
             await delete_topics(bootstrap, created)
