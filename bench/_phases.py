@@ -31,6 +31,8 @@ from aiokafka.errors import KafkaError
 
 from streamremat import App
 from streamremat.core.task import Task
+from streamremat.runtime import worker as worker_module
+from streamremat.runtime.committing import PartitionCommitter
 from streamremat.runtime.partition import PartitionRunner, Phase
 from streamremat.runtime.settings import WorkerSettings
 from streamremat.runtime.worker import Worker
@@ -102,6 +104,7 @@ class Breakdown:
         self._gc_started = 0.0
         gc.callbacks.append(self._on_gc)
         self._undo.append(lambda: gc.callbacks.remove(self._on_gc))
+        self.wrap_async(worker_module, "fetch_round", "fetch_round (getmany, waits included)")
         self.wrap_async(Worker, "_process", "worker._process (engine + flush)")
         self.wrap_sync(PartitionRunner, "process", "runner.process (engine + to_records)")
         self.wrap_sync(Task, "process", "task.process (engine)")
@@ -109,6 +112,8 @@ class Breakdown:
         self.wrap_async(Worker, "_commit_all", "worker._commit_all (commit + checkpoint)")
         self.wrap_async(PartitionRunner, "commit", "runner.commit (txn commit)")
         self.wrap_async(PartitionRunner, "checkpoint", "runner.checkpoint")
+        self.wrap_async(PartitionCommitter, "acked", "committer.acked (wait for acks)")
+        self.wrap_async(PartitionCommitter, "commit", "committer.commit (offsets + end txn)")
 
     def uninstall(self) -> None:
         while self._undo:
@@ -177,10 +182,18 @@ async def live_phase(
     polls = 0
 
     samples: list[dict[int, int]] = []
+    #: (wall time, this thread's CPU time) at every poll: the loop's CPU share
+    cpu: list[tuple[float, float]] = []
+    processed_at: float | None = None  # every record folded (the commit follows)
+    n = sum(ends.values())
 
-    async def at_end(_worker: Worker) -> bool:
-        nonlocal polls
+    async def at_end(worker: Worker) -> bool:
+        nonlocal polls, processed_at
         polls += 1
+        cpu.append((time.time(), time.thread_time()))
+        if processed_at is None and len(worker.runners) == len(ends) and sum(
+                r.position for r in worker.runners.values()) >= n:
+            processed_at = time.time()
         if polls % 5:  # the admin call every ~100 ms, not every 20 ms
             return False
         committed = await committed_offsets(admin, group, topic)
@@ -204,7 +217,10 @@ async def live_phase(
         raise RuntimeError(f"expected {len(ends)} partitions live, saw {len(recovered)}")
     live_from = max(r.created for r in recovered)  # every partition is live from here
     checkpoints = capture.events("checkpoint")
-    n = sum(ends.values())
+    live_cpu = [c for c in cpu if c[0] >= live_from]
+    cpu_s = live_cpu[-1][1] - live_cpu[0][1] if len(live_cpu) > 1 else None
+    cpu_share = (cpu_s / (live_cpu[-1][0] - live_cpu[0][0])
+                 if cpu_s is not None and live_cpu[-1][0] > live_cpu[0][0] else None)
     return {
         "exit_code": code,
         "startup_s": live_from - started,
@@ -215,6 +231,13 @@ async def live_phase(
         "checkpoints": checkpoints,
         "breakdown": breakdown.summary(reached - live_from),
         "spread": catch_up_spread(samples, ends),
+        # the event loop thread's CPU over wall time while live (the rest: waiting)
+        "loop_cpu_share": None if cpu_share is None else round(cpu_share, 3),
+        # CPU of that thread per event while live: what the load of other work
+        # changes least (it is not charged for time the thread waits or is preempted)
+        "loop_cpu_us_per_event": None if cpu_s is None else round(cpu_s / n * 1e6, 2),
+        # from the last record folded until the commit covering it was seen
+        "commit_lag_s": None if processed_at is None else round(reached - processed_at, 3),
     }
 
 

@@ -338,6 +338,9 @@ async def run(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
         "changelog": changelog,
         "changelog_over_checkpoint": round(changelog["bytes"] / max(checkpoint["bytes"], 1), 1),
         "live_breakdown": live["breakdown"],
+        "live_loop_cpu_share": live["loop_cpu_share"],
+        "live_loop_cpu_us_per_event": live["loop_cpu_us_per_event"],
+        "live_commit_lag_s": live["commit_lag_s"],
         "replay_per_partition": replay["per_partition"],
     }
     return summary

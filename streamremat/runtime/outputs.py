@@ -4,8 +4,9 @@ and sending them in per-partition batches (one await per batch, not per record).
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
-from typing import Any, NamedTuple
+from itertools import groupby
+from operator import attrgetter
+from typing import Any, NamedTuple, cast
 
 from aiokafka.partitioner import DefaultPartitioner
 
@@ -33,6 +34,10 @@ class OutRecord(NamedTuple):
     value: bytes | None
     timestamp_ms: int | None
     headers: list[tuple[str, bytes]]
+
+
+_topic = attrgetter("topic")
+_key = attrgetter("key")
 
 
 def _headers(record: SourceRecord) -> list[tuple[str, bytes]]:
@@ -136,37 +141,52 @@ class BatchSender:
             self._partitions[topic] = parts
         return parts
 
+    def _key_cache(self, topic: str) -> dict[bytes, int]:
+        cache = self._by_key.get(topic)
+        if cache is None or len(cache) > _KEY_CACHE:
+            cache = self._by_key[topic] = {}
+        return cache
+
     async def send(self, records: list[OutRecord]) -> list[asyncio.Future[Any]]:
-        """Queue every record; return the delivery futures (await them to be sure)."""
-        grouped: dict[tuple[str, int], list[OutRecord]] = defaultdict(list)
-        for rec in records:
-            key, topic = rec.key, rec.topic
-            cache = self._by_key.get(topic)
-            if cache is None or len(cache) > _KEY_CACHE:
-                cache = self._by_key[topic] = {}
-            partition = cache.get(key) if key is not None else None
-            if partition is None:
-                parts = self._partitions.get(topic) or await self._partitions_of(topic)
-                if key is None:
-                    partition = parts[0]
-                else:
-                    # Same partitioner as the Java client (murmur2), so keys land where
-                    # Kafka Streams or any other producer would put them.
-                    partition = cache[key] = _partitioner(key, parts, parts)
-            grouped[(topic, partition)].append(rec)
+        """Queue every record; return the delivery futures (await them to be sure).
+
+        Records come in runs of one topic (a task's results, then its dead letters):
+        each run is split by partition with the key cache looked up in C (``map``),
+        so a record costs a dict lookup and an append until its batch is built."""
+        grouped: dict[tuple[str, int], list[OutRecord]] = {}
+        for topic, run in groupby(records, _topic):
+            recs = list(run)
+            parts = self._partitions.get(topic) or await self._partitions_of(topic)
+            cache = self._key_cache(topic)
+            found: list[int | None] = list(map(cache.get, map(_key, recs)))
+            for i, partition in enumerate(found):
+                if partition is None:
+                    key = recs[i].key
+                    if key is None:
+                        found[i] = parts[0]
+                    else:
+                        # Same partitioner as the Java client (murmur2), so keys land where
+                        # Kafka Streams or any other producer would put them.
+                        found[i] = cache[key] = _partitioner(key, parts, parts)
+            buckets: list[list[OutRecord]] = [[] for _ in range(max(parts) + 1)]
+            adds = [bucket.append for bucket in buckets]
+            for rec, partition in zip(recs, cast(list[int], found), strict=True):
+                adds[partition](rec)
+            for partition, bucket in enumerate(buckets):
+                if bucket:
+                    grouped.setdefault((topic, partition), []).extend(bucket)
         futures = []
         producer = self.producer
         for (topic, partition), recs in grouped.items():
             batch = producer.create_batch()
+            append = batch.append
             for rec in recs:
-                if batch.append(
-                    key=rec.key, value=rec.value, timestamp=rec.timestamp_ms, headers=rec.headers
-                ) is None:
+                if append(key=rec.key, value=rec.value, timestamp=rec.timestamp_ms,
+                          headers=rec.headers) is None:
                     futures.append(await producer.send_batch(batch, topic, partition=partition))
                     batch = producer.create_batch()
-                    batch.append(
-                        key=rec.key, value=rec.value, timestamp=rec.timestamp_ms,
-                        headers=rec.headers,
-                    )
+                    append = batch.append
+                    append(key=rec.key, value=rec.value, timestamp=rec.timestamp_ms,
+                           headers=rec.headers)
             futures.append(await producer.send_batch(batch, topic, partition=partition))
         return futures

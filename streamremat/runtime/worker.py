@@ -216,7 +216,11 @@ class Worker:
                                               s.on_retention_gap, self.sensor)
                 elif fetched.error is not None:
                     raise fetched.error
-                if time.monotonic() - self._last_commit >= s.commit_interval_s:
+                # Commit every interval, and as soon as a round comes back empty: the
+                # consumer caught up, so the outputs need not wait out the interval
+                # (at most one such commit per empty round, i.e. per fetch timeout).
+                if (time.monotonic() - self._last_commit >= s.commit_interval_s
+                        or not fetched.batches):
                     await self._commit_all()
                 if time.monotonic() - self._last_gauges >= 1.0:
                     self._report_gauges()
