@@ -17,8 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -26,7 +25,7 @@ from mode.utils.futures import notify
 
 from streamremat.core.exceptions import ConfigError
 from streamremat.core.operator import App
-from streamremat.core.records import BatchOutput, Record
+from streamremat.core.records import BatchOutput
 from streamremat.core.repartition import Repartitioner
 from streamremat.core.task import Task
 from streamremat.core.topology import Stage, compile_app
@@ -231,24 +230,34 @@ class Bridge:
 
     # -- the records --------------------------------------------------------------
 
-    async def feed(self, consumer: Any, messages: Sequence[Any]) -> None:
-        """One fetch of the source topics' records, from the transport's ``getmany``
-        (``transport.Consumer``), in place of faust's per-message path (conductor,
-        channel queue, stream, one ack each): processed per partition in batches of
-        at most ``max_batch_records`` (a fetch holds up to a fetch size per
-        partition), outputs delivered, the records acked in bulk; a commit and
-        checkpoints when due after each batch. Also called without records, so idle
-        partitions checkpoint too."""
-        s = self.settings
-        step = s.max_batch_records
-        for i in range(0, len(messages), step):
+    async def feed(self, consumer: Any, fetched: Mapping[Any, Sequence[Any]],
+                   generation: int | None) -> None:
+        """One fetch of the source topics' records, aiokafka's records per partition
+        (offset order) from the transport's ``getmany`` (``transport.Consumer``), in
+        place of faust's per-message path (a ``Message`` each, conductor, channel
+        queue, stream, one ack each): processed in steps of at most
+        ``max_batch_records`` (a fetch holds up to a fetch size per partition),
+        shared among the fetched partitions; outputs delivered, the records acked in
+        bulk; a commit and checkpoints when due after each step. ``generation`` is
+        faust's consumer generation at the fetch. Also called without records, so
+        idle partitions checkpoint too."""
+        step = self.settings.max_batch_records
+        todo = {tp: recs for tp, recs in fetched.items() if recs}
+        at = dict.fromkeys(todo, 0)
+        while todo:
+            share = -(-step // len(todo))
+            batch = {tp: recs[at[tp]:at[tp] + share] for tp, recs in todo.items()}
+            for tp, recs in list(todo.items()):
+                at[tp] += share
+                if at[tp] >= len(recs):
+                    del todo[tp]
             async with self.lock:
                 # From a revocation until ``rewind`` faust has forgotten its committed
                 # offsets (it would count a replay's acks), and every partition is
                 # sought back then: neither process nor ack; the records come again.
                 if not self.assigned:
                     return
-                done = await self._process(messages[i:i + step])
+                done = await self._process(batch, generation)
                 if not self.assigned:
                     # Revoked while the outputs were sent: they may repeat (identical).
                     return
@@ -263,20 +272,20 @@ class Bridge:
         if now - self._last_gauges >= 1.0:
             self._report_gauges()
 
-    async def _process(self, messages: Sequence[Any]) -> list[list[Any]]:
+    async def _process(self, batch: Mapping[Any, Sequence[Any]], generation: int | None
+                       ) -> list[tuple[Any, Sequence[Any]]]:
         """Feed the records of the current assignment to their partitions; return,
-        per partition, the records whose outputs Kafka now has (those may be acked). Records fetched
-        before the last rebalance or below a partition's position (fetched before a
-        seek back) are neither processed nor acked: they come again, or came."""
+        per partition, the records whose outputs Kafka now has (those may be acked).
+        Records fetched before the last rebalance or below a partition's position
+        (fetched before a seek back) are neither processed nor acked: they come
+        again, or came. aiokafka's records go to the engine as they are (they have
+        what ``SourceRecord`` needs), as in the worker."""
         started = time.monotonic()
-        generation = self.faust_app.consumer_generation_id
-        by_tp: dict[Any, list[Any]] = defaultdict(list)
-        for m in messages:
-            if m.generation_id == generation:
-                by_tp[m.tp].append(m)
-        done: list[list[Any]] = []
+        done: list[tuple[Any, Sequence[Any]]] = []
         taken: list[tuple[FaustPartition, int]] = []
-        for tp, msgs in by_tp.items():
+        if generation != self.faust_app.consumer_generation_id:
+            batch = {}
+        for tp, msgs in batch.items():
             runner = self.runners.get(tp)
             if runner is None:
                 continue
@@ -295,16 +304,16 @@ class Bridge:
                 self._gaps[tp] = (position, first)
                 await _seek(self.faust_app.consumer, tp, position)
                 continue
-            runner.process([_record(m) for m in msgs])
+            runner.process(msgs)
             for name in runner.names:
                 self.sensor.on_records_in(name, tp.partition, len(msgs))
-            done.append(msgs)
+            done.append((tp, msgs))
             taken.append((runner, len(msgs)))
         for runner in self.runners.values():
             await runner.deliver()
         busy = time.monotonic() - started
         total = sum(n for _, n in taken)
-        backlogged = len(messages) >= self.settings.max_batch_records
+        backlogged = total >= self.settings.max_batch_records
         for runner, n in taken:
             share = busy * n / total
             runner.batch_done(n, share, backlogged)
@@ -391,27 +400,22 @@ def _offset(m: Any) -> int:
     return int(m.offset)
 
 
-def _record(m: Any) -> Record:
-    """A faust message as the engine reads a record (faust gives seconds)."""
-    ts = m.timestamp
-    return Record(m.key, m.value, None if ts is None else round(ts * 1000), m.offset,
-                  tuple(m.headers or ()))
-
-
-def _ack(consumer: Any, done: Sequence[Sequence[Any]]) -> None:
+def _ack(consumer: Any, done: Sequence[tuple[Any, Sequence[Any]]]) -> None:
     """faust's ``Consumer.ack`` for whole batches of one partition each (offset
-    order): their offsets become committable at once. The messages never entered
+    order): their offsets become committable at once. The records never entered
     faust's stream, so nothing tracks them as unacked; offsets below the committed
     one (a replay) are ignored, as ``ack`` does."""
     with _ack_lock:
-        for msgs in done:
-            tp = msgs[0].tp
+        for tp, msgs in done:
+            first, last = msgs[0].offset, msgs[-1].offset
+            offsets: Sequence[int] = (range(first, last + 1) if last - first + 1 == len(msgs)
+                                      else [m.offset for m in msgs])
             committed = consumer._committed_offset[tp]
-            offsets = [m.offset for m in msgs]
-            if committed is not None and offsets[0] < committed:
+            if committed is not None and first < committed:
                 offsets = offsets[bisect.bisect_left(offsets, committed):]
             index = consumer._acked_index[tp]
-            fresh = [o for o in offsets if o not in index]
+            fresh = offsets if index.isdisjoint(offsets) else [o for o in offsets
+                                                                 if o not in index]
             index.update(fresh)
             consumer._acked[tp].extend(fresh)
             consumer._n_acked += len(fresh)
