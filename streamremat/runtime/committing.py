@@ -38,12 +38,16 @@ class PartitionCommitter:
 
     async def flush(self) -> None:
         """Hand buffered outputs to the producer (inside the open transaction)."""
-        if not self.pending:
+        pending, self.pending = self.pending, []
+        await self.send(pending)
+
+    async def send(self, records: list[OutRecord]) -> None:
+        """Hand ``records`` to the producer (inside the open transaction)."""
+        if not records:
             return
         if self.guarantee is Guarantee.EXACTLY_ONCE:
             await self._begin()
-        pending, self.pending = self.pending, []
-        self._futures.extend(await self.sender.send(pending))
+        self._futures.extend(await self.sender.send(records))
 
     async def acked(self) -> None:
         """Wait until Kafka has every output sent so far."""

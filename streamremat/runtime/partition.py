@@ -16,6 +16,7 @@ writes (``runtime/checkpointing.py``) and the recovery's log line and metrics
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import logging
 import time
@@ -39,7 +40,7 @@ from streamremat.runtime.commit_meta import (
 from streamremat.runtime.committing import PartitionCommitter
 from streamremat.runtime.gaps import check_restart
 from streamremat.runtime.lifecycle import Phase, check_transition
-from streamremat.runtime.outputs import to_records
+from streamremat.runtime.outputs import OutRecord, to_records
 from streamremat.runtime.recovery_report import (
     RecoveryReport,
     count_outputs,
@@ -97,6 +98,9 @@ class PartitionRunner:
         self.previous_alive_s: float | None = None
         #: this owner's checkpoint seq epoch (see ``owner_epoch``), set by ``recover``
         self.owner_epoch = 0
+        #: a commit running while the loop processes the next batches (``start_commit``)
+        self.committing: asyncio.Task[None] | None = None
+        self.commit_s = 0.0  # how long the last commit took
         #: the epoch is in the committed metadata: from now on checkpoints may be written
         self._epoch_committed = False
         self._restored_wall = 0.0
@@ -301,14 +305,16 @@ class PartitionRunner:
     # -- commit -----------------------------------------------------------------
 
     async def flush(self) -> None:
-        """Hand buffered outputs to the producer (inside the open transaction)."""
-        await self.committer.flush()
+        """Hand buffered outputs to the producer (inside the open transaction). While
+        a background commit runs they wait: they belong to the next transaction."""
+        if self.committing is None:
+            await self.committer.flush()
 
     @property
     def has_uncommitted(self) -> bool:
         return self.phase is Phase.LIVE and (
             self.committer.in_txn or bool(self.committer.pending)
-            or self.position != self.committed
+            or self.position != self.committed or self.committing is not None
         )
 
     async def commit(self, consumer: Any, prove_ownership: bool = False) -> bool:
@@ -318,30 +324,58 @@ class PartitionRunner:
         At-least-once: await every output, then commit the offset.
         ``prove_ownership`` commits even with nothing new (during a replay: the
         committed offset again), so a fenced worker finds out here, and this owner's
-        seq epoch is committed before its first checkpoint.
+        seq epoch is committed before its first checkpoint. A background commit
+        still running (``start_commit``) finishes first.
         """
+        if self.committing is not None:
+            task, self.committing = self.committing, None
+            await task
+        captured = self._capture(prove_ownership)
+        if captured is None:
+            return False
+        await self._commit_captured(consumer, *captured)
+        return True
+
+    def start_commit(self, consumer: Any) -> None:
+        """Commit what was processed until now (as ``commit``) in the background: the
+        loop goes on, the next batches' outputs wait in ``pending`` for the next
+        transaction. The worker awaits ``committing`` (``Worker._reap``) before this
+        partition commits again, hands over or checkpoints."""
+        captured = None if self.committing is not None else self._capture(False)
+        if captured is not None:
+            self.committing = asyncio.create_task(self._commit_captured(consumer, *captured))
+
+    def _capture(
+        self, prove_ownership: bool
+    ) -> tuple[list[OutRecord], int, dict[str, int], str] | None:
+        """What a commit now covers: the outputs not sent yet, the offset, the stream
+        times and the metadata, taken together (nothing may be processed between)."""
         if self.has_uncommitted:
-            await self.flush()
-            # Every output must be acknowledged before the commit: aiokafka may end a
-            # transaction while a batch waits to be retried, and that batch would be lost.
-            await self.committer.acked()
+            records, self.committer.pending = self.committer.pending, []
             stream_times = self.partition_tasks.stream_times()
-            offset, metadata = self.position, self._commit_metadata(stream_times)
-        elif (
+            return records, self.position, stream_times, self._commit_metadata(stream_times)
+        if (
             prove_ownership
             and self.phase in (Phase.LIVE, Phase.REPLAYING)
             and self.committed is not None
         ):
             # Nothing new: the committed offset again, with this owner's epoch.
-            offset, stream_times = self.committed, self._committed_stream_times
-            metadata = self._commit_metadata(stream_times)
-        else:
-            return False
+            stream_times = self._committed_stream_times
+            return [], self.committed, stream_times, self._commit_metadata(stream_times)
+        return None
+
+    async def _commit_captured(self, consumer: Any, records: list[OutRecord], offset: int,
+                               stream_times: dict[str, int], metadata: str) -> None:
+        started = time.monotonic()
+        await self.committer.send(records)
+        # Every output must be acknowledged before the commit: aiokafka may end a
+        # transaction while a batch waits to be retried, and that batch would be lost.
+        await self.committer.acked()
         await self.committer.commit(consumer, self.tp, offset, metadata)
         self.committed = offset
         self._committed_stream_times = stream_times
         self._epoch_committed = True
-        return True
+        self.commit_s = time.monotonic() - started
 
     def _commit_metadata(self, stream_times: dict[str, int]) -> str:
         return encode_commit_metadata(
@@ -350,7 +384,15 @@ class PartitionRunner:
 
     async def abort(self) -> None:
         """Drop the open transaction (its outputs are never seen by readers)."""
+        self._cancel_commit()
         await self.committer.abort()
+
+    def _cancel_commit(self) -> None:
+        """Stop a background commit nobody will wait for (aborted or closed)."""
+        task, self.committing = self.committing, None
+        if task is not None:
+            task.cancel()
+            task.add_done_callback(_retrieve_task)
 
     # -- checkpoints ------------------------------------------------------------
 
@@ -441,8 +483,16 @@ class PartitionRunner:
         leaves (a fenced or backing-off partition still shows its state)."""
         if self.phase in (Phase.RESTORING, Phase.REPLAYING, Phase.LIVE):
             self.to(phase)
+        self._cancel_commit()
         if self.producer is not None and self.settings.guarantee is Guarantee.EXACTLY_ONCE:
             try:
                 await self.producer.stop()
             except Exception as exc:
                 log.debug("producer stop failed: %s", exc)
+
+
+def _retrieve_task(task: asyncio.Task[None]) -> None:
+    """Mark a cancelled commit's failure as seen (asyncio would log it as never
+    retrieved): the partition it belonged to is gone already."""
+    if not task.cancelled():
+        task.exception()

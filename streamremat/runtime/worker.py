@@ -231,6 +231,7 @@ class Worker:
 
     async def _process(self, batches: dict[TopicPartition, list[Any]], backlogged: bool) -> None:
         started = time.monotonic()
+        await self._reap(wait=False)  # so that a finished commit's partition flushes again
         firsts = {tp: records[0].offset for tp, records in batches.items() if records}
         await gaps.check_jumps(self._consumer, self.runners, firsts,
                                self.settings.on_retention_gap, self.sensor)
@@ -274,30 +275,45 @@ class Worker:
         Only a partition that has just committed may checkpoint: its state is then
         exactly at its committed offset, and the commit proved this worker still owns
         it (a worker frozen past its session timeout is fenced by the commit instead
-        of writing a checkpoint for a partition it lost)."""
+        of writing a checkpoint for a partition it lost). So a partition due for a
+        checkpoint commits here, with the loop held; the others in the background
+        (``PartitionRunner.start_commit``) while the loop goes on."""
         self._last_commit = time.monotonic()
+        await self._reap(wait=True)  # at most one commit in flight per partition
         # Also one idle since its last records committed while no checkpoint was due (the
         # rest of a partial round): it commits its offset again (proves ownership).
         runners = [r for r in self.runners.values() if r.has_uncommitted or r.checkpoint_lags()]
-        if not runners:
+        due = [r for r in runners if r.checkpoint_due()]
+        for runner in runners:
+            if runner not in due:
+                runner.start_commit(self._consumer)
+        if not due:
             return
         started = time.monotonic()
         await asyncio.gather(*(self._guard(r, r.commit(self._consumer, prove_ownership=True))
-                               for r in runners))
+                               for r in due))
         self.sensor.on_commit(time.monotonic() - started)
-        for runner in runners:
-            if self.runners.get(runner.tp) is runner and not runner.has_uncommitted:
-                self._parking.committed(runner.tp)
-            if (
-                self._fatal is None
-                and self.runners.get(runner.tp) is runner
-                and runner.phase is Phase.LIVE
-                and not runner.has_uncommitted
-                and runner.checkpoint_due()
-            ):
+        for runner in due:
+            if self.runners.get(runner.tp) is not runner or runner.has_uncommitted:
+                continue  # failed, fenced or dropped during the commit
+            self._parking.committed(runner.tp)
+            if self._fatal is None and runner.phase is Phase.LIVE:
                 await runner.checkpoint()
                 if self._purger is not None:
                     await self._purger.purge(runner)
+
+    async def _reap(self, wait: bool) -> None:
+        """Finish the background commits done (all with ``wait``); a failed one like
+        any commit (``_guard``)."""
+        for runner in list(self.runners.values()):
+            task = runner.committing
+            if task is None or not (wait or task.done()):
+                continue
+            runner.committing = None
+            await self._guard(runner, task)
+            if self.runners.get(runner.tp) is runner:
+                self._parking.committed(runner.tp)
+                self.sensor.on_commit(runner.commit_s)
 
     async def _guard(self, runner: PartitionRunner, step: Any) -> None:
         """Run a Kafka step of one partition; a failure drops the partition, never the
