@@ -9,6 +9,7 @@ and byte-identical encoded state, however the records are split into batches.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 import xxhash
@@ -112,7 +113,7 @@ class Task:
         next_offset = records[-1].offset + 1
         if horizon_ms is not None and not emit and self._timestamp_from_record:
             last_close = self.state.last_close_ms
-            if last_close is not None:
+            if last_close is not None and _any_below(records, last_close, horizon_ms):
                 records = [
                     r for r in records
                     if type(r.timestamp) is not int or last_close(r.timestamp) > horizon_ms
@@ -373,6 +374,21 @@ def extract(
         times.append(t)
         items.append(item)
     return srcs, keys, times, items
+
+
+def _any_below(records: Sequence[SourceRecord], last_close: Callable[[int], int],
+               horizon_ms: int) -> bool:
+    """Whether the horizon may skip a record of the batch: only if the oldest
+    timestamp's windows close by then (``last_close`` grows with ``t``). A replay of
+    a backlog younger than its windows skips none, and this costs one ``min`` in C
+    instead of a Python test per record. Non-int timestamps: test each record."""
+    try:
+        return last_close(min(map(_timestamp, records))) <= horizon_ms
+    except TypeError:
+        return True
+
+
+_timestamp = attrgetter("timestamp")
 
 
 def _reads_only(agg: Aggregator) -> bool:
