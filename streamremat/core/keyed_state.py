@@ -13,6 +13,7 @@ from typing import Any
 
 from streamremat.core import session_refold
 from streamremat.core.aggregators import Aggregator
+from streamremat.core.closing import Closed, ClosedWindows, closed_windows
 from streamremat.core.codec import (
     read_bytes,
     read_svarint,
@@ -23,14 +24,13 @@ from streamremat.core.codec import (
     write_uvarint,
 )
 from streamremat.core.exceptions import StateFormatError, reason_of
-from streamremat.core.records import FailedResult, SourceRecord, WindowResult
+from streamremat.core.records import FailedResult, SourceRecord
 from streamremat.core.session_refold import merge_sessions
 from streamremat.core.window_state import (
     SIZE_SAMPLE,
     Failure,
     Group,
     WindowState,
-    results_or_failures,
 )
 
 
@@ -194,14 +194,14 @@ class SessionState(_KeyedHeapState):
         if touching:
             self.dirty.add(key)
 
-    def close(self, failed: list[FailedResult]) -> list[WindowResult]:
+    def close(self, failed: list[FailedResult]) -> ClosedWindows:
         st, reach = self.stream_time, self.gap + 1 + self.grace
-        closed: list[tuple[int, int, bytes, list[Any]]] = []
+        closed: list[Closed] = []
         for key in self._due_keys():
             keep = []
             for s in self.sessions[key]:
                 if s[1] + reach <= st:
-                    closed.append((s[1] + reach, s[0], key, s))
+                    closed.append((s[1] + reach, s[0], key, s[1], s[2]))
                 else:
                     keep.append(s)
             self.dirty.add(key)
@@ -211,13 +211,7 @@ class SessionState(_KeyedHeapState):
             else:
                 del self.sessions[key]
         self.closed_through = st
-        closed.sort(key=lambda c: (c[0], c[1], c[2]))
-        result = self.agg.result
-        try:
-            return [WindowResult(key, s[0], s[1], result(s[2])) for _, _, key, s in closed]
-        except Exception:  # one raised: find which
-            return results_or_failures(result, [(k, s[0], s[1], s[2]) for _, _, k, s in closed],
-                                       failed)
+        return closed_windows(closed, self.agg.result, failed)
 
     def encode(self, full: bool, recompute: Collection[int] = ()) -> bytes:
         return session_refold.encode_sessions(self, full, recompute)
@@ -347,10 +341,10 @@ class SlidingState(_KeyedHeapState):
                 wins[(t + 1, t + 1 + size)] = right_close
         return wins
 
-    def close(self, failed: list[FailedResult]) -> list[WindowResult]:
+    def close(self, failed: list[FailedResult]) -> ClosedWindows:
         st, after, size, grace = self.stream_time, self.closed_through, self.size, self.grace
         merge = self.agg.merge
-        closed: list[tuple[int, int, bytes, int, Any]] = []
+        closed: list[Closed] = []
         broken: list[tuple[int, int, bytes, int, str]] = []  # windows whose merge raised
         for key in self._due_keys():
             buf = self.buffers[key]
@@ -380,15 +374,9 @@ class SlidingState(_KeyedHeapState):
             else:
                 del self.buffers[key]
         self.closed_through = st
-        closed.sort(key=lambda c: (c[0], c[1], c[2]))
         for _, s, key, e, reason in sorted(broken):
             failed.append(FailedResult(key, s, e, "result", reason))
-        result = self.agg.result
-        try:
-            return [WindowResult(key, s, e, result(acc)) for _, s, key, e, acc in closed]
-        except Exception:  # one raised: find which
-            return results_or_failures(result, [(k, s, e, acc) for _, s, k, e, acc in closed],
-                                       failed)
+        return closed_windows(closed, self.agg.result, failed)
 
     def _next_close(self, buf: list[tuple[int, int, Any]], st: int) -> int:
         size, grace = self.size, self.grace

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -105,9 +106,13 @@ class Forward(NamedTuple):
 
 @dataclass(slots=True)
 class BatchOutput:
-    """Everything one batch produced, in order; the runtime sends it to the sinks."""
+    """Everything one batch produced, in order; the runtime sends it to the sinks.
 
-    results: list[WindowResult] = field(default_factory=list)
+    ``results`` is a list, or the ``core.closing.ClosedWindows`` of a task's
+    closing, which builds them on demand (and can hand them out in slices); the
+    results whose ``result`` raises join ``failed`` as they are built."""
+
+    results: Sequence[WindowResult] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     late: list[LateRecord] = field(default_factory=list)
     forwards: list[Forward] = field(default_factory=list)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from streamremat.core.aggregators import Aggregator, Count
+from streamremat.core.closing import NOTHING, ClosedWindows, fixed_windows
 from streamremat.core.codec import (
     in_runs,
     read_bytes,
@@ -41,7 +42,7 @@ from streamremat.core.codec import (
     write_uvarint,
 )
 from streamremat.core.exceptions import StateFormatError, reason_of
-from streamremat.core.records import FailedResult, SourceRecord, WindowResult
+from streamremat.core.records import FailedResult, SourceRecord
 
 #: Stream time before the first record.
 NO_TIME = -(2**62)
@@ -98,9 +99,10 @@ class WindowState:
         """
         raise NotImplementedError
 
-    def close(self, failed: list[FailedResult]) -> list[WindowResult]:
-        """Close every window whose close time <= stream time; return their results.
-        A window whose ``merge`` or ``result`` raises goes to ``failed`` instead."""
+    def close(self, failed: list[FailedResult]) -> ClosedWindows:
+        """Close every window whose close time <= stream time; return their results
+        (built on demand, see ``core.closing``). A window whose ``merge`` or
+        ``result`` raises goes to ``failed`` instead."""
         raise NotImplementedError
 
     def encode(self, full: bool, recompute: Collection[int] = ()) -> bytes:
@@ -148,22 +150,6 @@ class WindowState:
 
     def open_keys(self) -> int:
         raise NotImplementedError
-
-
-def results_or_failures(
-    result: Callable[[Any], Any],
-    windows: list[tuple[bytes, int, int, Any]],
-    failed: list[FailedResult],
-) -> list[WindowResult]:
-    """``result`` of each (key, start, end, accumulator); the ones that raise go to
-    ``failed``. The slow path, taken only for a batch of windows where one raised."""
-    out: list[WindowResult] = []
-    for key, start, end, acc in windows:
-        try:
-            out.append(WindowResult(key, start, end, result(acc)))
-        except Exception as exc:
-            failed.append(FailedResult(key, start, end, "result", reason_of(exc)))
-    return out
 
 
 class FixedWindowState(WindowState):
@@ -313,24 +299,20 @@ class FixedWindowState(WindowState):
                 self.firsts[end] = None
                 self.dirty.setdefault(end, set())
 
-    def close(self, failed: list[FailedResult]) -> list[WindowResult]:
+    def close(self, failed: list[FailedResult]) -> ClosedWindows:
+        """Drop the windows that close now; their results are built when asked
+        for (``core.closing``): a window over a million keys closes in one step."""
         limit = self.stream_time - self.grace
         self.closed_through = self.stream_time
         ending = sorted(end for end in self.windows if end <= limit)
-        results: list[WindowResult] = []
-        result, size = self.agg.result, self.size
+        if not ending:
+            return NOTHING
+        closing: list[tuple[int, dict[bytes, Any]]] = []
         for end in ending:
-            accs = self.windows.pop(end)
+            closing.append((end, self.windows.pop(end)))
             self.dirty.pop(end, None)
             self.firsts.pop(end, None)
-            start = end - size
-            try:
-                done = [WindowResult(key, start, end, result(accs[key])) for key in sorted(accs)]
-            except Exception:  # one raised: find which, window by window
-                done = results_or_failures(result, [(k, start, end, accs[k]) for k in sorted(accs)],
-                                           failed)
-            results.extend(done)
-        return results
+        return fixed_windows(closing, self.agg.result, self.size, failed)
 
     def encode(self, full: bool, recompute: Collection[int] = ()) -> bytes:
         """Version 2: per window end, its first offset (+1, 0 unknown), then either

@@ -38,12 +38,11 @@ from streamremat.runtime.commit_meta import (
     encode_commit_metadata,
 )
 from streamremat.runtime.committing import PartitionCommitter
+from streamremat.runtime.emitting import Emitter, Outgoing
 from streamremat.runtime.gaps import check_restart
 from streamremat.runtime.lifecycle import Phase, check_transition
-from streamremat.runtime.outputs import OutRecord, to_records
 from streamremat.runtime.recovery_report import (
     RecoveryReport,
-    count_outputs,
     report_recovered,
     report_replay_progress,
 )
@@ -88,6 +87,7 @@ class PartitionRunner:
         self.group_id = group_id
         self.producer = producer
         self.committer = PartitionCommitter(producer, group_id, settings.guarantee)
+        self.emitter = Emitter(tp.partition, self.committer, sensor)
         self.local = local
         self.replica = replica
         self.scheduler = scheduler
@@ -259,18 +259,10 @@ class PartitionRunner:
         self.feed.processed(live)
 
     def emit(self, outputs: Sequence[tuple[Task | Repartitioner, BatchOutput]]) -> None:
-        """Queue a live batch's outputs for the commit (``committer.pending``) and
-        count them: the delivery tail of ``process`` (the faust bridge's differs)."""
-        partition = self.tp.partition
-        pending = self.committer.pending
-        for task, out in outputs:
-            if out.results or out.dead_letters or out.late or out.forwards or out.failed:
-                if isinstance(task, Repartitioner):
-                    pending.extend(to_records(task.operator, partition, out, task.target))
-                    count_outputs(self.sensor, task.name, partition, out)
-                else:
-                    pending.extend(to_records(task.operator, partition, out))
-                    count_outputs(self.sensor, task.operator.name, partition, out)
+        """Queue a live batch's outputs for the commit and count them: the delivery
+        tail of ``process`` (the faust bridge's differs). The results of a large
+        closing are built and sent a slice at a time (``runtime/emitting.py``)."""
+        self.emitter.emit(outputs)
 
     @property
     def operator_names(self) -> list[str]:
@@ -308,12 +300,12 @@ class PartitionRunner:
         """Hand buffered outputs to the producer (inside the open transaction). While
         a background commit runs they wait: they belong to the next transaction."""
         if self.committing is None:
-            await self.committer.flush()
+            await self.emitter.send(self.emitter.capture())
 
     @property
     def has_uncommitted(self) -> bool:
         return self.phase is Phase.LIVE and (
-            self.committer.in_txn or bool(self.committer.pending)
+            self.committer.in_txn or bool(self.committer.pending) or bool(self.emitter)
             or self.position != self.committed or self.committing is not None
         )
 
@@ -347,13 +339,13 @@ class PartitionRunner:
 
     def _capture(
         self, prove_ownership: bool
-    ) -> tuple[list[OutRecord], int, dict[str, int], str] | None:
+    ) -> tuple[Outgoing, int, dict[str, int], str] | None:
         """What a commit now covers: the outputs not sent yet, the offset, the stream
         times and the metadata, taken together (nothing may be processed between)."""
         if self.has_uncommitted:
-            records, self.committer.pending = self.committer.pending, []
+            outgoing = self.emitter.capture()
             stream_times = self.partition_tasks.stream_times()
-            return records, self.position, stream_times, self._commit_metadata(stream_times)
+            return outgoing, self.position, stream_times, self._commit_metadata(stream_times)
         if (
             prove_ownership
             and self.phase in (Phase.LIVE, Phase.REPLAYING)
@@ -361,13 +353,13 @@ class PartitionRunner:
         ):
             # Nothing new: the committed offset again, with this owner's epoch.
             stream_times = self._committed_stream_times
-            return [], self.committed, stream_times, self._commit_metadata(stream_times)
+            return Outgoing(), self.committed, stream_times, self._commit_metadata(stream_times)
         return None
 
-    async def _commit_captured(self, consumer: Any, records: list[OutRecord], offset: int,
+    async def _commit_captured(self, consumer: Any, outgoing: Outgoing, offset: int,
                                stream_times: dict[str, int], metadata: str) -> None:
         started = time.monotonic()
-        await self.committer.send(records)
+        await self.emitter.send(outgoing)
         # Every output must be acknowledged before the commit: aiokafka may end a
         # transaction while a batch waits to be retried, and that batch would be lost.
         await self.committer.acked()
@@ -385,6 +377,7 @@ class PartitionRunner:
     async def abort(self) -> None:
         """Drop the open transaction (its outputs are never seen by readers)."""
         self._cancel_commit()
+        self.emitter.clear()
         await self.committer.abort()
 
     def _cancel_commit(self) -> None:
