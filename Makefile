@@ -4,10 +4,15 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_TIMEOUT ?= 300
+# The optional native fast path (native/, Rust): built where cargo is, else the
+# package's pure-Python fast path runs (streamremat/core/fastpath.py).
+CARGO  ?= $(shell command -v cargo 2>/dev/null || { test -x "$$HOME/.cargo/bin/cargo" && echo "$$HOME/.cargo/bin/cargo"; })
+NATIVE := $(VENV)/.native
+NATIVE_SRC := native/Cargo.toml native/Cargo.lock native/pyproject.toml $(wildcard native/src/*.rs)
 
 .PHONY: venv lint tools broker broker-stop test demo
 
-venv: $(STAMP)
+venv: $(STAMP) $(NATIVE)
 
 # Re-installs only when the dependency declarations change.
 $(STAMP): pyproject.toml constraints.txt
@@ -18,6 +23,19 @@ $(STAMP): pyproject.toml constraints.txt
 	  { echo "error: $(VENV) uses Python < 3.11; remove it and rerun 'make venv'" >&2; exit 1; }
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
+
+# Rebuilt only when native/ changes (cargo's target dir, native/target, is kept).
+# A failed build uninstalls any older one, so a stale module is never loaded.
+$(NATIVE): $(STAMP) $(NATIVE_SRC)
+	@if [ -z "$(CARGO)" ]; then \
+	  echo "native: no Rust toolchain (cargo) found: streamremat runs its pure-Python fast path"; \
+	elif PATH="$(dir $(CARGO)):$$PATH" VIRTUAL_ENV="$(abspath $(VENV))" \
+	    $(BIN)/maturin develop --release --locked -m native/Cargo.toml > $(VENV)/native-build.log 2>&1; then \
+	  echo "native: streamremat_native built and installed (the native fast path)"; touch $@; \
+	else \
+	  $(BIN)/python -m pip uninstall -q -y streamremat-native > /dev/null 2>&1; \
+	  echo "native: building streamremat_native failed (see $(VENV)/native-build.log): streamremat runs its pure-Python fast path"; \
+	fi
 
 lint: venv
 	$(BIN)/ruff check streamremat operators tests bench
@@ -36,8 +54,9 @@ tools:
 
 # The test session starts (and stops) its own broker; set STREAMREMAT_BOOTSTRAP to use another.
 # -rs: a skipped test says why in the summary, never only as an "s".
+# Where cargo is, the native module must have built: tests/unit/test_native.py fails if not.
 test: venv tools lint
-	$(BIN)/pytest -q -rs --timeout=$(PYTEST_TIMEOUT)
+	STREAMREMAT_REQUIRE_NATIVE=$(if $(CARGO),1,0) $(BIN)/pytest -q -rs --timeout=$(PYTEST_TIMEOUT)
 
 demo: venv
 	$(BIN)/streamremat demo

@@ -2,13 +2,20 @@
 
 Shapes: a dict of ``Count()``, ``Sum``, ``Min``, ``Max``, ``Mean`` of a field (or
 of the whole value), or a lone ``Min``, ``Max`` or ``Mean`` (a lone ``Count`` or
-``Sum`` has a loop of its own in the general path, as fast), over tumbling or
-hopping windows, keyed by the record key, timed by the record timestamp or a
-value field, with no steps and the built-in JSON (or, for ``Count()``, raw) value
-serde. Everything else, and every batch the fast path can't prove clean, takes
-``Task``'s general path.
+``Sum`` too where the native fold is built; in Python it has a loop of its own in
+the general path, as fast), over tumbling or hopping windows, keyed by the record
+key, timed by the record timestamp or a value field, with no steps and the
+built-in JSON (or, for ``Count()``, raw) value serde. Everything else, and every
+batch the fast path can't prove clean, takes ``Task``'s general path.
 
-How a batch goes (``FastPath.fold``):
+Where the optional extension ``streamremat_native`` (``native/``, Rust) is
+installed, a batch goes to its ``Folder.fold`` first: the same proof and fold
+(its JSON scanner accepts a subset of what orjson does, with the same values;
+numbers it can't fold exactly as Python, e.g. ints past 64 bits, make it decline),
+into the same ``FixedWindowState`` dicts, with nothing touched when it declines.
+A declined batch goes on as below. ``STREAMREMAT_NATIVE=0`` turns it off.
+
+How a batch goes in Python (``FastPath.fold``):
 
 1. Column extraction at C speed: keys, timestamps and values with ``map`` and
    ``attrgetter``; the values decoded with ``map(orjson.loads, ...)`` (the very
@@ -34,6 +41,7 @@ save at 1,000 records; numpy's grouping needs a key -> index dict per record fir
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from operator import attrgetter, itemgetter
@@ -47,8 +55,15 @@ from streamremat.core.records import SourceRecord
 from streamremat.core.serdes import JsonSerde, RawSerde
 from streamremat.core.window_state import NO_TIME, Failure, FixedWindowState
 
+try:
+    import streamremat_native as native_module
+except ImportError:  # not built (no Rust toolchain): the Python fold below
+    native_module = None
+
 #: False: every task takes the general path (the benchmarks' A/B switch)
 enabled = True
+#: False: the native fold is not used even where it is installed (A/B, fallback tests)
+native_enabled = os.environ.get("STREAMREMAT_NATIVE", "1") != "0"
 
 _KEY, _VALUE, _TIME = attrgetter("key"), attrgetter("value"), attrgetter("timestamp")
 _NUMBERS = frozenset((int, float))
@@ -107,7 +122,18 @@ class FastPath:
             alt = _STRS if kind in ("min", "max") else _NUMBERS
             self._columns.append((get, _NUMBERS, alt))
         self._reads_values = time_field is not None or bool(self._columns)
-        self._fold = _compile(self.kinds, composite, state.advance != state.size)
+        hopping = state.advance != state.size
+        #: the Python fold, None for a lone Count or Sum (the general path's loop)
+        self._fold = (None if self.kinds in (("count",), ("sum",)) and not composite
+                      else _compile(self.kinds, composite, hopping))
+        #: the native fold, None where it is not installed or not enabled
+        self.native: Any = None
+        if native_module is not None and native_enabled:
+            try:
+                self.native = native_module.Folder(
+                    list(self.kinds), list(fields), time_field, decode, composite, hopping)
+            except ValueError:  # a shape it doesn't take (e.g. many fields)
+                self.native = None
 
     @classmethod
     def for_task(
@@ -120,9 +146,10 @@ class FastPath:
             return None
         parts = agg.parts if isinstance(agg, Composite) else (agg,)
         kinds = [_kind(p) for p in parts]
-        if kinds in (["count"], ["sum"]) and not isinstance(agg, Composite):
+        native = native_module is not None and native_enabled
+        if kinds in (["count"], ["sum"]) and not isinstance(agg, Composite) and not native:
             # A lone Count or Sum has its own tight loop in the general path, as fast
-            # as this one (bench/core_throughput.py): nothing to gain
+            # as the Python fold (bench/core_throughput.py): nothing to gain
             return None
         if any(k is None for k in kinds):
             return None
@@ -140,10 +167,18 @@ class FastPath:
     def fold(
         self, records: Sequence[SourceRecord], decoded: Any = None,
     ) -> tuple[list[int], list[int], list[Failure]] | None:
-        """Fold the whole batch; return (event times, late indices, failed folds), or
-        None, having changed nothing, when some record needs the general path.
-        ``decoded``: offset -> value already decoded by the caller (shared decode)."""
+        """Fold the whole batch; return (late indices, their event times, failed
+        folds), or None, having changed nothing, when some record needs the general
+        path. ``decoded``: offset -> value already decoded by the caller (shared
+        decode; the native fold reads the raw values, which decode to the same)."""
         if not records:  # all skipped by the replay horizon: nothing to prove
+            return None
+        if self.native is not None:
+            got = self.native.fold(self.state, records if type(records) is list
+                                   else list(records))
+            if got is not None:
+                return got[0], got[1], []
+        if self._fold is None:
             return None
         keys = list(map(_KEY, records))
         if None in keys:
@@ -188,7 +223,7 @@ class FastPath:
         late: list[int] = []
         failed: list[Failure] = []
         self._fold(self.state, records, keys, times, columns, late, failed)
-        return times, late, failed
+        return late, [times[i] for i in late], failed
 
 
 def _compile(kinds: tuple[str, ...], composite: bool, hopping: bool) -> Callable[..., None]:

@@ -73,15 +73,17 @@ class Task:
         #: the decoded values may be shared with other tasks on the same records
         #: (``PartitionTasks`` decodes once): nothing of this operator runs user code
         #: on them, which might change them
-        self.shares_decoded = (
-            self._plain and self._decode_value and _reads_only(operator.aggregator)
-        )
         ts_by = operator.timestamp_by
         #: the batch fold for the common shapes (``core/fastpath.py``), None for the rest
         self.fast = FastPath.for_task(
             self.state, operator.aggregator, operator.value_serde,
             not (operator.steps or operator.key_by or callable(ts_by)),
             ts_by if isinstance(ts_by, str) else None,
+        )
+        # (the native fold reads the raw values: values decoded for it would be wasted)
+        self.shares_decoded = (
+            self._plain and self._decode_value and _reads_only(operator.aggregator)
+            and (self.fast is None or self.fast.native is None)
         )
 
     @property
@@ -121,11 +123,12 @@ class Task:
         folded = None if self.fast is None else self.fast.fold(records, decoded)
         if folded is not None:
             srcs = records
-            times, late, failed = folded
+            late, late_times, failed = folded
         else:
             srcs, keys, times, items = self._prepare(records, out.dead_letters, decoded)
             failed = []
             late = self.state.add_batch(srcs, keys, times, items, failed)
+            late_times = [times[i] for i in late]
         results = self.state.close(out.failed)
         self.next_offset = next_offset
         if not emit:
@@ -135,7 +138,7 @@ class Task:
             out.dead_letters.extend(DeadLetter(srcs[i], "aggregate", why) for i, why in failed)
         if late:
             st = self.state.stream_time
-            out.late = [LateRecord(srcs[i], times[i], st) for i in late]
+            out.late = [LateRecord(srcs[i], t, st) for i, t in zip(late, late_times, strict=True)]
         return out
 
     def _prepare(

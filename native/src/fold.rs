@@ -1,0 +1,559 @@
+//! The batch fold of `streamremat.core.fastpath`'s shapes, into the very dicts
+//! `FixedWindowState` keeps (windows, dirty, firsts), so that everything after
+//! the fold (close, encode, apply, groups, refold) is the Python code as it is.
+//!
+//! Three passes, and only the last writes:
+//! 1. records: key (bytes), event time (the record's timestamp or a value field,
+//!    an int >= 0), each aggregated item (an int in i64 or a finite float), the
+//!    value decoded by `json`;
+//! 2. windows, lateness and the fold into native accumulators, one per (window,
+//!    key) touched, each starting from the state's accumulator (read, not
+//!    changed) or from the aggregation's zero, folded in record order with
+//!    Python's arithmetic (`num`);
+//! 3. the write: new windows (with their first offsets), then each accumulator
+//!    (new keys in the order of their first record, as the Python loop inserts
+//!    them), the dirty keys and stream time.
+//!
+//! Any record or accumulator passes 1-2 can't take exactly (a bad record, a big
+//! int, a string, an overflow) makes the call return None with the state
+//! untouched: the caller then runs the batch through the Python path.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PySet};
+use rustc_hash::FxHashMap;
+
+use crate::json::{self, Bail, Val, R};
+use crate::num::{add, lt, Num};
+
+const COUNT: u8 = 0;
+const SUM: u8 = 1;
+const MIN: u8 = 2;
+const MAX: u8 = 3;
+const MEAN: u8 = 4;
+
+/// Value fields a shape may read (more: the Python path runs it).
+pub const MAX_FIELDS: usize = 8;
+
+/// How a record's value is read.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// not at all (Count() with the raw serde)
+    Ignore,
+    /// decoded to prove it is JSON, nothing picked (Count() with JSON)
+    Validate,
+    /// the whole value is the item of every aggregation that reads one
+    Whole,
+    /// an object whose fields are picked
+    Fields,
+}
+
+/// One fast-path shape (the aggregations, where items and time come from, the
+/// window family); `fold` runs a batch of it.
+#[pyclass(frozen, module = "streamremat_native")]
+pub struct Folder {
+    kinds: Vec<u8>,
+    /// per aggregation, its item's column (count: none)
+    cols: Vec<usize>,
+    /// per aggregation, where its accumulator starts in a slot's numbers
+    offs: Vec<usize>,
+    /// numbers per slot
+    width: usize,
+    /// per column, its index in `fields` (Mode::Fields)
+    col_field: Vec<usize>,
+    fields: Vec<Vec<u8>>,
+    time_field: Option<usize>,
+    /// items per record
+    ncols: usize,
+    mode: Mode,
+    composite: bool,
+    hopping: bool,
+}
+
+fn kind_of(name: &str) -> PyResult<u8> {
+    Ok(match name {
+        "count" => COUNT,
+        "sum" => SUM,
+        "min" => MIN,
+        "max" => MAX,
+        "mean" => MEAN,
+        _ => return Err(PyValueError::new_err(format!("unknown aggregation kind {name:?}"))),
+    })
+}
+
+#[pymethods]
+impl Folder {
+    /// `kinds`: per aggregation "count", "sum", "min", "max" or "mean"; `fields`:
+    /// per aggregation its value field (None: the whole value; ignored for count);
+    /// `time_field`: the value field holding event time (None: the record's
+    /// timestamp); `decode`: the value is JSON (else it is not read: count only).
+    #[new]
+    #[pyo3(signature = (kinds, fields, time_field, decode, composite, hopping))]
+    fn new(
+        kinds: Vec<String>, fields: Vec<Option<String>>, time_field: Option<String>,
+        decode: bool, composite: bool, hopping: bool,
+    ) -> PyResult<Self> {
+        if kinds.is_empty() || kinds.len() != fields.len() {
+            return Err(PyValueError::new_err("kinds and fields must be as long, and not empty"));
+        }
+        let kinds: Vec<u8> = kinds.iter().map(|k| kind_of(k)).collect::<PyResult<_>>()?;
+        let mut names: Vec<Vec<u8>> = Vec::new();
+        let mut field_index = |name: &str| -> usize {
+            let b = name.as_bytes().to_vec();
+            names.iter().position(|n| *n == b).unwrap_or_else(|| {
+                names.push(b);
+                names.len() - 1
+            })
+        };
+        let (mut cols, mut offs, mut col_field) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut width, mut ncols, mut whole, mut named) = (0, 0, false, false);
+        for (k, f) in kinds.iter().zip(&fields) {
+            offs.push(width);
+            width += if *k == MEAN { 2 } else { 1 };
+            if *k == COUNT {
+                cols.push(usize::MAX);
+                continue;
+            }
+            cols.push(ncols);
+            ncols += 1;
+            match f {
+                None => whole = true,
+                Some(name) => {
+                    named = true;
+                    col_field.push(field_index(name));
+                }
+            }
+        }
+        let time_field = time_field.map(|n| field_index(&n));
+        if names.len() > MAX_FIELDS {
+            return Err(PyValueError::new_err(format!("more than {MAX_FIELDS} value fields")));
+        }
+        if whole && (named || time_field.is_some()) {
+            return Err(PyValueError::new_err("the whole value can't also be an object of fields"));
+        }
+        let mode = if !decode {
+            if ncols > 0 || time_field.is_some() {
+                return Err(PyValueError::new_err("only a count can leave the value undecoded"));
+            }
+            Mode::Ignore
+        } else if whole {
+            Mode::Whole
+        } else if named || time_field.is_some() {
+            Mode::Fields
+        } else {
+            Mode::Validate
+        };
+        if !composite && kinds.len() != 1 {
+            return Err(PyValueError::new_err("a lone aggregation has one kind"));
+        }
+        Ok(Folder {
+            kinds, cols, offs, width, col_field, fields: names, time_field, ncols, mode,
+            composite, hopping,
+        })
+    }
+
+    /// Fold the batch into `state` (a FixedWindowState); return (late indices,
+    /// their event times), or None with the state untouched.
+    fn fold<'py>(
+        &self, state: &Bound<'py, PyAny>, records: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<(Bound<'py, PyList>, Bound<'py, PyList>)>> {
+        let Ok(records) = records.cast::<PyList>() else { return Ok(None) };
+        self.run(state, records)
+    }
+}
+
+/// What pass 1 read of a batch.
+struct Batch<'py> {
+    keys: Vec<Bound<'py, PyBytes>>,
+    times: Vec<i64>,
+    /// per record, its items (the columns, row by row)
+    items: Vec<Num>,
+}
+
+struct Win<'py> {
+    end: i64,
+    /// the state's dict of the window, None for a window this batch creates
+    dict: Option<Bound<'py, PyDict>>,
+    /// the record that created it
+    creator: usize,
+}
+
+struct Slot<'py> {
+    win: usize,
+    /// the record whose key the slot has
+    rec: usize,
+    /// the state's accumulator, None for a new key
+    acc: Option<Bound<'py, PyAny>>,
+}
+
+fn int_of(obj: &Bound<'_, PyAny>) -> R<i64> {
+    if !obj.is_exact_instance_of::<PyInt>() {
+        return Err(Bail);
+    }
+    obj.extract::<i64>().map_err(|_| Bail)
+}
+
+fn num_of(obj: &Bound<'_, PyAny>, none_ok: bool) -> R<Num> {
+    if obj.is_exact_instance_of::<PyInt>() {
+        return obj.extract::<i64>().map(Num::I).map_err(|_| Bail);
+    }
+    if obj.is_exact_instance_of::<PyFloat>() {
+        let f = obj.cast::<PyFloat>().map_err(|_| Bail)?.value();
+        return if f.is_finite() { Ok(Num::F(f)) } else { Err(Bail) };
+    }
+    if none_ok && obj.is_none() {
+        return Ok(Num::None);
+    }
+    Err(Bail)
+}
+
+fn item_of(v: Val<'_>) -> R<Num> {
+    match v {
+        Val::Int(i) => Ok(Num::I(i)),
+        Val::Float(f) => Ok(Num::F(f)),
+        _ => Err(Bail),
+    }
+}
+
+fn py_num<'py>(py: Python<'py>, n: Num) -> Bound<'py, PyAny> {
+    match n {
+        Num::None => py.None().into_bound(py),
+        Num::I(i) => i.into_pyobject(py).expect("int").into_any(),
+        Num::F(f) => PyFloat::new(py, f).into_any(),
+    }
+}
+
+impl Folder {
+    fn run<'py>(
+        &self, state: &Bound<'py, PyAny>, records: &Bound<'py, PyList>,
+    ) -> PyResult<Option<(Bound<'py, PyList>, Bound<'py, PyList>)>> {
+        let py = state.py();
+        if records.is_empty() {
+            return Ok(None);
+        }
+        let Ok(batch) = self.read(records) else { return Ok(None) };
+        let windows = state.getattr(intern!(py, "windows"))?.cast_into::<PyDict>()?;
+        let Ok(st0) = int_of(&state.getattr(intern!(py, "stream_time"))?) else { return Ok(None) };
+        let (Ok(size), Ok(advance), Ok(grace)) = (
+            int_of(&state.getattr(intern!(py, "size"))?),
+            int_of(&state.getattr(intern!(py, "advance"))?),
+            int_of(&state.getattr(intern!(py, "grace"))?),
+        ) else {
+            return Ok(None);
+        };
+        if size <= 0 || advance <= 0 || grace < 0 {
+            return Ok(None);
+        }
+        let mut late: Vec<usize> = Vec::new();
+        let mut wins: Vec<Win<'py>> = Vec::new();
+        let mut slots: Vec<Slot<'py>> = Vec::new();
+        let mut accs: Vec<Num> = Vec::new();
+        let folded = self.fold_all(
+            &batch, &windows, (st0, size, advance, grace), &mut late, &mut wins, &mut slots,
+            &mut accs,
+        );
+        let Ok(st) = folded else { return Ok(None) };
+        self.write(state, records, &windows, &batch, &wins, &slots, &accs, st)?;
+        let late_times = PyList::new(py, late.iter().map(|&i| batch.times[i]))?;
+        Ok(Some((PyList::new(py, late)?, late_times)))
+    }
+
+    /// Pass 1.
+    fn read<'py>(&self, records: &Bound<'py, PyList>) -> R<Batch<'py>> {
+        let py = records.py();
+        let n = records.len();
+        let ncols = self.ncols;
+        let mut b = Batch {
+            keys: Vec::with_capacity(n), times: Vec::with_capacity(n),
+            items: Vec::with_capacity(n * ncols),
+        };
+        let fields: Vec<&[u8]> = self.fields.iter().map(|f| f.as_slice()).collect();
+        for r in records.iter() {
+            let key = r.getattr(intern!(py, "key")).map_err(|_| Bail)?;
+            b.keys.push(key.cast_into_exact::<PyBytes>().map_err(|_| Bail)?);
+            let mut t = None;
+            if self.time_field.is_none() {
+                let ts = r.getattr(intern!(py, "timestamp")).map_err(|_| Bail)?;
+                t = Some(int_of(&ts)?);
+            }
+            if self.mode != Mode::Ignore {
+                let value = r.getattr(intern!(py, "value")).map_err(|_| Bail)?;
+                let value = value.cast_exact::<PyBytes>().map_err(|_| Bail)?;
+                let buf = value.as_bytes();
+                match self.mode {
+                    Mode::Validate => {
+                        json::whole(buf)?;
+                    }
+                    Mode::Whole => {
+                        let x = item_of(json::whole(buf)?)?;
+                        for _ in 0..ncols {
+                            b.items.push(x);
+                        }
+                    }
+                    _ => {
+                        let mut store = [Val::Missing; MAX_FIELDS];
+                        let picked = &mut store[..fields.len()];
+                        json::pick(buf, &fields, picked)?;
+                        if let Some(tf) = self.time_field {
+                            match picked[tf] {
+                                Val::Int(v) => t = Some(v),
+                                _ => return Err(Bail),
+                            }
+                        }
+                        for &f in &self.col_field {
+                            b.items.push(item_of(picked[f])?);
+                        }
+                    }
+                }
+            }
+            match t {
+                Some(v) if v >= 0 => b.times.push(v),
+                _ => return Err(Bail),
+            }
+        }
+        Ok(b)
+    }
+
+    /// Pass 2: returns the stream time after the batch.
+    #[allow(clippy::too_many_arguments)]
+    fn fold_all<'py>(
+        &self, b: &Batch<'py>, windows: &Bound<'py, PyDict>, (st0, size, advance, grace): (i64, i64, i64, i64),
+        late: &mut Vec<usize>, wins: &mut Vec<Win<'py>>, slots: &mut Vec<Slot<'py>>,
+        accs: &mut Vec<Num>,
+    ) -> R<i64> {
+        let ncols = self.ncols;
+        let n = b.times.len();
+        let mut win_of: FxHashMap<i64, usize> = FxHashMap::default();
+        let mut slot_of: FxHashMap<(usize, &[u8]), usize> =
+            FxHashMap::with_capacity_and_hasher(n, Default::default());
+        accs.reserve(n * self.width);
+        slots.reserve(n);
+        let mut st = st0;
+        let mut cur_end = i64::MIN;
+        let mut cur_win = 0usize;
+        for (i, &t) in b.times.iter().enumerate() {
+            let key = b.keys[i].as_bytes();
+            let items = &b.items[i * ncols..(i + 1) * ncols];
+            let now = t.max(st);
+            // Windows containing t start at the multiples of advance in (t - size, t],
+            // newest first (the Python loop's order, which is the order it creates them).
+            let mut start = t - t % advance;
+            let low = t.checked_sub(size).ok_or(Bail)?;
+            let mut is_late = false;
+            while start > low {
+                let end = start.checked_add(size).ok_or(Bail)?;
+                start -= advance;
+                if end.checked_add(grace).ok_or(Bail)? <= now {
+                    is_late = true;
+                    continue;
+                }
+                let w = if end == cur_end {
+                    cur_win
+                } else {
+                    let w = match win_of.get(&end) {
+                        Some(&w) => w,
+                        None => {
+                            let dict = match windows.get_item(end).map_err(|_| Bail)? {
+                                None => None,
+                                Some(d) => Some(d.cast_into_exact::<PyDict>().map_err(|_| Bail)?),
+                            };
+                            wins.push(Win { end, dict, creator: i });
+                            win_of.insert(end, wins.len() - 1);
+                            wins.len() - 1
+                        }
+                    };
+                    if !self.hopping {
+                        cur_end = end;
+                        cur_win = w;
+                    }
+                    w
+                };
+                let s = match slot_of.get(&(w, key)) {
+                    Some(&s) => s,
+                    None => {
+                        let acc = match &wins[w].dict {
+                            None => None,
+                            Some(d) => d.get_item(&b.keys[i]).map_err(|_| Bail)?,
+                        };
+                        let base = accs.len();
+                        accs.resize(base + self.width, Num::None);
+                        match &acc {
+                            None => self.zero(&mut accs[base..]),
+                            Some(a) => self.load(a, &mut accs[base..])?,
+                        }
+                        slots.push(Slot { win: w, rec: i, acc });
+                        slot_of.insert((w, key), slots.len() - 1);
+                        slots.len() - 1
+                    }
+                };
+                let base = s * self.width;
+                self.update(&mut accs[base..base + self.width], items)?;
+            }
+            st = now;
+            if is_late {
+                late.push(i);
+            }
+        }
+        Ok(st)
+    }
+
+    /// The accumulator of a key new to its window: the aggregation's zero (the
+    /// Python path's first add from zero gives what `update` then gives).
+    fn zero(&self, out: &mut [Num]) {
+        for (k, &o) in self.kinds.iter().zip(&self.offs) {
+            match *k {
+                COUNT | SUM => out[o] = Num::I(0),
+                MEAN => {
+                    out[o] = Num::I(0);
+                    out[o + 1] = Num::I(0);
+                }
+                _ => out[o] = Num::None,
+            }
+        }
+    }
+
+    /// The state's accumulator as numbers (a Bail for anything else: big ints,
+    /// strings, a shape the Python path built differently).
+    fn load(&self, acc: &Bound<'_, PyAny>, out: &mut [Num]) -> R<()> {
+        if !self.composite {
+            return self.load_one(self.kinds[0], acc, &mut out[..]);
+        }
+        let list = acc.cast_exact::<PyList>().map_err(|_| Bail)?;
+        if list.len() != self.kinds.len() {
+            return Err(Bail);
+        }
+        for (j, (k, &o)) in self.kinds.iter().zip(&self.offs).enumerate() {
+            let part = list.get_item(j).map_err(|_| Bail)?;
+            self.load_one(*k, &part, &mut out[o..])?;
+        }
+        Ok(())
+    }
+
+    fn load_one(&self, kind: u8, acc: &Bound<'_, PyAny>, out: &mut [Num]) -> R<()> {
+        match kind {
+            COUNT => out[0] = Num::I(int_of(acc)?),
+            SUM => out[0] = num_of(acc, false)?,
+            MEAN => {
+                let pair = acc.cast_exact::<PyList>().map_err(|_| Bail)?;
+                if pair.len() != 2 {
+                    return Err(Bail);
+                }
+                out[0] = num_of(&pair.get_item(0).map_err(|_| Bail)?, false)?;
+                out[1] = Num::I(int_of(&pair.get_item(1).map_err(|_| Bail)?)?);
+            }
+            _ => out[0] = num_of(acc, true)?,
+        }
+        Ok(())
+    }
+
+    /// One record's items folded into one accumulator, as the Python loop does.
+    #[inline]
+    fn update(&self, acc: &mut [Num], items: &[Num]) -> R<()> {
+        for (j, k) in self.kinds.iter().enumerate() {
+            let o = self.offs[j];
+            match *k {
+                COUNT => acc[o] = add(acc[o], Num::I(1))?,
+                SUM => acc[o] = add(acc[o], items[self.cols[j]])?,
+                MIN => {
+                    let x = items[self.cols[j]];
+                    if acc[o] == Num::None || lt(x, acc[o])? {
+                        acc[o] = x;
+                    }
+                }
+                MAX => {
+                    let x = items[self.cols[j]];
+                    if acc[o] == Num::None || lt(acc[o], x)? {
+                        acc[o] = x;
+                    }
+                }
+                _ => {
+                    acc[o] = add(acc[o], items[self.cols[j]])?;
+                    acc[o + 1] = add(acc[o + 1], Num::I(1))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pass 3.
+    #[allow(clippy::too_many_arguments)]
+    fn write<'py>(
+        &self, state: &Bound<'py, PyAny>, records: &Bound<'py, PyList>,
+        windows: &Bound<'py, PyDict>, b: &Batch<'py>, wins: &[Win<'py>], slots: &[Slot<'py>],
+        accs: &[Num], st: i64,
+    ) -> PyResult<()> {
+        let py = state.py();
+        let dirty = state.getattr(intern!(py, "dirty"))?.cast_into::<PyDict>()?;
+        let firsts = state.getattr(intern!(py, "firsts"))?.cast_into::<PyDict>()?;
+        let mut dicts: Vec<Bound<'py, PyDict>> = Vec::with_capacity(wins.len());
+        let mut dirties: Vec<Bound<'py, PySet>> = Vec::with_capacity(wins.len());
+        for w in wins {
+            let d = match &w.dict {
+                Some(d) => d.clone(),
+                None => {
+                    let d = PyDict::new(py);
+                    windows.set_item(w.end, &d)?;
+                    let offset = records.get_item(w.creator)?.getattr(intern!(py, "offset"))?;
+                    firsts.set_item(w.end, offset)?;
+                    d
+                }
+            };
+            dicts.push(d);
+            let ds = match dirty.get_item(w.end)? {
+                Some(s) => s.cast_into::<PySet>()?,
+                None => {
+                    let s = PySet::empty(py)?;
+                    dirty.set_item(w.end, &s)?;
+                    s
+                }
+            };
+            dirties.push(ds);
+        }
+        for (s, slot) in slots.iter().enumerate() {
+            let acc = &accs[s * self.width..(s + 1) * self.width];
+            let key = &b.keys[slot.rec];
+            let cur = &dicts[slot.win];
+            match &slot.acc {
+                Some(old) if self.composite => {
+                    let list = old.cast::<PyList>()?;
+                    for (j, (k, &o)) in self.kinds.iter().zip(&self.offs).enumerate() {
+                        if *k == MEAN {
+                            let pair = list.get_item(j)?.cast_into::<PyList>()?;
+                            pair.set_item(0, py_num(py, acc[o]))?;
+                            pair.set_item(1, py_num(py, acc[o + 1]))?;
+                        } else {
+                            list.set_item(j, py_num(py, acc[o]))?;
+                        }
+                    }
+                }
+                Some(old) if self.kinds[0] == MEAN => {
+                    let pair = old.cast::<PyList>()?;
+                    pair.set_item(0, py_num(py, acc[0]))?;
+                    pair.set_item(1, py_num(py, acc[1]))?;
+                }
+                _ => cur.set_item(key, self.new_acc(py, acc)?)?,
+            }
+            dirties[slot.win].add(key)?;
+        }
+        state.setattr(intern!(py, "stream_time"), st)?;
+        Ok(())
+    }
+
+    /// A Python accumulator as `Aggregator.add` builds it from zero.
+    fn new_acc<'py>(&self, py: Python<'py>, acc: &[Num]) -> PyResult<Bound<'py, PyAny>> {
+        let one = |k: u8, o: usize| -> PyResult<Bound<'py, PyAny>> {
+            Ok(if k == MEAN {
+                PyList::new(py, [py_num(py, acc[o]), py_num(py, acc[o + 1])])?.into_any()
+            } else {
+                py_num(py, acc[o])
+            })
+        };
+        if !self.composite {
+            return one(self.kinds[0], 0);
+        }
+        let parts: Vec<Bound<'py, PyAny>> =
+            self.kinds.iter().zip(&self.offs).map(|(&k, &o)| one(k, o)).collect::<PyResult<_>>()?;
+        Ok(PyList::new(py, parts)?.into_any())
+    }
+}
