@@ -17,13 +17,20 @@ timing and fed in batches of ``--batch`` (default 1000, like the worker's
   built-in): always the general path, to watch it for regressions
 
 All but the session and custom scenarios take the batch fast path
-(``streamremat/core/fastpath.py``); ``--path pure`` turns it off and ``--path
-both`` runs each scenario both ways, alternating, best of two, with the ratio.
+(``streamremat/core/fastpath.py``), natively where ``streamremat_native`` is
+built (``native/``). ``--path`` picks one path: ``native``, ``fast`` (the Python
+fast path), ``pure`` (the general path); ``all`` (the default) runs each scenario
+every available way, alternating, best of two, with the ratios.
+
+``--split`` prints the native path's per-record cost split for the goal scenario:
+attribute extraction (key, value, timestamp of each record), JSON parse and pick,
+the fold (windows and accumulators, written into the Python state) and the rest
+(``Task.process`` around it, closing windows).
 
 Event time advances 1 ms per event, with a little jitter back in time. Usage::
 
     python bench/core_throughput.py [--events N] [--small] [--only NAME] [--profile NAME]
-                                    [--gc-ab] [--path fast|pure|both]
+                                    [--gc-ab] [--path native|fast|pure|all] [--split]
 
 ``--gc-ab`` runs every scenario with CPython's default GC and with the worker's
 tuning (``streamremat/runtime/gc_tuning.py``), alternating, best of two each, and
@@ -31,8 +38,8 @@ reports the ratio (the prebuilt records are frozen with it, as restored state is
 
 Events/s are per CPU second of the process (``time.process_time``), so that other
 load on a shared machine counts less. The last line of stdout is a JSON summary:
-events/s per scenario (the fast path's where it applies), fast vs general path per
-scenario, and the goal (``tumbling_count_sum_1k_keys`` >= 4M events/s) met or not.
+events/s per scenario (the fastest path's), each path's per scenario with the
+ratios, and the goal (``tumbling_count_sum_1k_keys`` >= 4M events/s) met or not.
 """
 
 from __future__ import annotations
@@ -119,13 +126,22 @@ SCENARIOS: dict[str, tuple[int, Callable[[], Operator]]] = {
 }
 
 
-def run(op: Operator, batches: list[list[Record]], path: str = "fast") -> tuple[float, int, int]:
+PATHS = ("native", "fast", "pure")
+
+
+def available_paths() -> tuple[str, ...]:
+    return PATHS if fastpath.native_module is not None else PATHS[1:]
+
+
+def run(op: Operator, batches: list[list[Record]], path: str = "native") -> tuple[float, int, int]:
     """Feed the batches through a fresh task; return (seconds, results, late)."""
-    fastpath.enabled = path == "fast"
+    enabled, native = fastpath.enabled, fastpath.native_enabled
+    fastpath.enabled = path != "pure"
+    fastpath.native_enabled = path == "native"
     try:
         task = Task(op)
     finally:
-        fastpath.enabled = True
+        fastpath.enabled, fastpath.native_enabled = enabled, native
     results = late = 0
     gc.collect()
     # CPU time of this (single-threaded) process: the machine is shared, and time
@@ -164,10 +180,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", choices=sorted(SCENARIOS), help="cProfile one scenario")
     parser.add_argument("--gc-ab", action="store_true",
                         help="default GC vs the worker's GC tuning, alternating")
-    parser.add_argument("--path", choices=("fast", "pure", "both"), default="both",
-                        help="the batch fast path, the general path, or both alternating")
+    parser.add_argument("--path", choices=(*PATHS, "all"), default="all",
+                        help="the native fold, the Python fast path, the general path, or "
+                        "every available one alternating")
+    parser.add_argument("--split", action="store_true",
+                        help="the native per-record cost split of the goal scenario")
     args = parser.parse_args(argv)
     n = SMALL_EVENTS if args.small else args.events
+    if args.path == "native" and fastpath.native_module is None:
+        parser.error("--path native: streamremat_native is not built (make venv, with cargo)")
+    if args.split:
+        print(json.dumps({"bench": "core_throughput", "split_ns_per_record": split(n, args.batch)}))
+        return 0
 
     if args.profile:
         n_keys, make = SCENARIOS[args.profile]
@@ -192,22 +216,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:30s} default GC {summary[name]['default']:>12,} events/s, tuned "
                   f"{summary[name]['tuned']:>12,} events/s: x{summary[name]['ratio']}")
             continue
-        if args.path != "both":
+        if args.path != "all":
             seconds, results, late = run(make(), batches, args.path)
             eps = n / seconds
             summary[name] = round(eps)
             print(f"{name:30s} {eps:>12,.0f} events/s  ({seconds:.3f} s, {results:,} results, "
                   f"{late:,} late)")
             continue
-        best = {"fast": 0.0, "pure": 0.0}
+        best = dict.fromkeys(available_paths(), 0.0)
         for _ in range(2):
             for path in best:
                 best[path] = max(best[path], n / run(make(), batches, path)[0])
-        summary[name] = round(best["fast"])
-        by_path[name] = {"fast": round(best["fast"]), "pure": round(best["pure"]),
-                         "fast_over_pure": round(best["fast"] / best["pure"], 3)}
-        print(f"{name:30s} fast {best['fast']:>12,.0f} events/s, general path "
-              f"{best['pure']:>12,.0f}: x{by_path[name]['fast_over_pure']}")
+        summary[name] = round(max(best.values()))
+        row: dict[str, Any] = {p: round(v) for p, v in best.items()}
+        for a, b in (("native", "fast"), ("native", "pure"), ("fast", "pure")):
+            if a in best:
+                row[f"{a}_over_{b}"] = round(best[a] / best[b], 3)
+        by_path[name] = row
+        print(f"{name:30s} " + ", ".join(f"{p} {v:>11,.0f}" for p, v in best.items())
+              + " events/s  " + " ".join(f"{k}={v}" for k, v in row.items() if "_over_" in k))
     print(
         json.dumps(
             {
@@ -216,8 +243,9 @@ def main(argv: list[str] | None = None) -> int:
                 "batch": args.batch,
                 "python": platform.python_version(),
                 "path": args.path,
+                "native_built": fastpath.native_module is not None,
                 "events_per_s": summary,
-                "fast_vs_pure": by_path,
+                "by_path": by_path,
                 "goals": {GOAL_SCENARIO: GOAL_EVENTS_PER_S},
                 "goals_met": {GOAL_SCENARIO: summary[GOAL_SCENARIO] >= GOAL_EVENTS_PER_S}
                 if GOAL_SCENARIO in summary else {},
@@ -225,6 +253,49 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     return 0
+
+
+def split(n: int, batch: int) -> dict[str, float]:
+    """Per record, ns of CPU: the native pass 1 reading only the attributes (a raw
+    count reads key and timestamp; the value is read too for the JSON parse), the
+    pass 1 with the parse and pick, the whole fold, and ``Task.process`` around it."""
+    assert fastpath.native_module is not None, "streamremat_native is not built"
+    n_keys, make = SCENARIOS[GOAL_SCENARIO]
+    records = build_records(n, n_keys)
+    batches = [records[i : i + batch] for i in range(0, n, batch)]
+    folder = fastpath.native_module
+    attrs = folder.Folder(["count"], [None], None, False, False, False)
+    with_value = folder.Folder(["count"], [None], None, True, False, False)
+    parse = folder.Folder(["count", "sum"], [None, "amount"], None, True, True, False)
+
+    def cpu(setup: Callable[[], Callable[[list[Record]], Any]]) -> float:
+        best = float("inf")
+        for _ in range(3):
+            fn = setup()
+            start = time.process_time()
+            for b in batches:
+                fn(b)
+            best = min(best, time.process_time() - start)
+        return best / n * 1e9
+
+    def fold_only() -> Callable[[list[Record]], Any]:
+        fast = Task(make()).fast  # windows are not closed: only the fold is timed
+        assert fast is not None and fast.native is not None
+        return fast.fold
+
+    key_ts = cpu(lambda: attrs.read_only)
+    read = cpu(lambda: with_value.read_only)
+    picked = cpu(lambda: parse.read_only)
+    folded = cpu(fold_only)
+    total = min(run(make(), batches, "native")[0] for _ in range(3)) / n * 1e9
+    return {
+        "key_timestamp_attributes": round(key_ts, 1),
+        "value_attribute_and_json_validate": round(read - key_ts, 1),
+        "json_pick_fields": round(picked - read, 1),
+        "fold_into_state": round(folded - picked, 1),
+        "process_and_close": round(total - folded, 1),
+        "total": round(total, 1),
+    }
 
 
 if __name__ == "__main__":

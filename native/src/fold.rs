@@ -21,17 +21,13 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PySet};
+use pyo3::types::{PyBytes, PyDict, PyList, PySet};
 use rustc_hash::FxHashMap;
 
+use crate::accs::{int_of, Shape, COUNT, MAX, MEAN, MIN, SUM};
 use crate::json::{self, Bail, Val, R};
-use crate::num::{add, lt, Num};
+use crate::num::Num;
 
-const COUNT: u8 = 0;
-const SUM: u8 = 1;
-const MIN: u8 = 2;
-const MAX: u8 = 3;
-const MEAN: u8 = 4;
 
 /// Value fields a shape may read (more: the Python path runs it).
 pub const MAX_FIELDS: usize = 8;
@@ -53,13 +49,7 @@ enum Mode {
 /// window family); `fold` runs a batch of it.
 #[pyclass(frozen, module = "streamremat_native")]
 pub struct Folder {
-    kinds: Vec<u8>,
-    /// per aggregation, its item's column (count: none)
-    cols: Vec<usize>,
-    /// per aggregation, where its accumulator starts in a slot's numbers
-    offs: Vec<usize>,
-    /// numbers per slot
-    width: usize,
+    shape: Shape,
     /// per column, its index in `fields` (Mode::Fields)
     col_field: Vec<usize>,
     fields: Vec<Vec<u8>>,
@@ -67,7 +57,6 @@ pub struct Folder {
     /// items per record
     ncols: usize,
     mode: Mode,
-    composite: bool,
     hopping: bool,
 }
 
@@ -148,9 +137,14 @@ impl Folder {
             return Err(PyValueError::new_err("a lone aggregation has one kind"));
         }
         Ok(Folder {
-            kinds, cols, offs, width, col_field, fields: names, time_field, ncols, mode,
-            composite, hopping,
+            shape: Shape { kinds, cols, offs, width, composite },
+            col_field, fields: names, time_field, ncols, mode, hopping,
         })
+    }
+
+    /// Pass 1 alone (the benchmarks' cost split): whether every record is clean.
+    fn read_only(&self, records: &Bound<'_, PyAny>) -> bool {
+        records.cast::<PyList>().is_ok_and(|r| self.read(r).is_ok())
     }
 
     /// Fold the batch into `state` (a FixedWindowState); return (late indices,
@@ -187,40 +181,11 @@ struct Slot<'py> {
     acc: Option<Bound<'py, PyAny>>,
 }
 
-fn int_of(obj: &Bound<'_, PyAny>) -> R<i64> {
-    if !obj.is_exact_instance_of::<PyInt>() {
-        return Err(Bail);
-    }
-    obj.extract::<i64>().map_err(|_| Bail)
-}
-
-fn num_of(obj: &Bound<'_, PyAny>, none_ok: bool) -> R<Num> {
-    if obj.is_exact_instance_of::<PyInt>() {
-        return obj.extract::<i64>().map(Num::I).map_err(|_| Bail);
-    }
-    if obj.is_exact_instance_of::<PyFloat>() {
-        let f = obj.cast::<PyFloat>().map_err(|_| Bail)?.value();
-        return if f.is_finite() { Ok(Num::F(f)) } else { Err(Bail) };
-    }
-    if none_ok && obj.is_none() {
-        return Ok(Num::None);
-    }
-    Err(Bail)
-}
-
 fn item_of(v: Val<'_>) -> R<Num> {
     match v {
         Val::Int(i) => Ok(Num::I(i)),
         Val::Float(f) => Ok(Num::F(f)),
         _ => Err(Bail),
-    }
-}
-
-fn py_num<'py>(py: Python<'py>, n: Num) -> Bound<'py, PyAny> {
-    match n {
-        Num::None => py.None().into_bound(py),
-        Num::I(i) => i.into_pyobject(py).expect("int").into_any(),
-        Num::F(f) => PyFloat::new(py, f).into_any(),
     }
 }
 
@@ -327,7 +292,8 @@ impl Folder {
         let mut win_of: FxHashMap<i64, usize> = FxHashMap::default();
         let mut slot_of: FxHashMap<(usize, &[u8]), usize> =
             FxHashMap::with_capacity_and_hasher(n, Default::default());
-        accs.reserve(n * self.width);
+        let shape = &self.shape;
+        accs.reserve(n * shape.width);
         slots.reserve(n);
         let mut st = st0;
         let mut cur_end = i64::MIN;
@@ -377,18 +343,18 @@ impl Folder {
                             Some(d) => d.get_item(&b.keys[i]).map_err(|_| Bail)?,
                         };
                         let base = accs.len();
-                        accs.resize(base + self.width, Num::None);
+                        accs.resize(base + shape.width, Num::None);
                         match &acc {
-                            None => self.zero(&mut accs[base..]),
-                            Some(a) => self.load(a, &mut accs[base..])?,
+                            None => shape.zero(&mut accs[base..]),
+                            Some(a) => shape.load(a, &mut accs[base..])?,
                         }
                         slots.push(Slot { win: w, rec: i, acc });
                         slot_of.insert((w, key), slots.len() - 1);
                         slots.len() - 1
                     }
                 };
-                let base = s * self.width;
-                self.update(&mut accs[base..base + self.width], items)?;
+                let base = s * shape.width;
+                shape.update(&mut accs[base..base + shape.width], items)?;
             }
             st = now;
             if is_late {
@@ -398,84 +364,6 @@ impl Folder {
         Ok(st)
     }
 
-    /// The accumulator of a key new to its window: the aggregation's zero (the
-    /// Python path's first add from zero gives what `update` then gives).
-    fn zero(&self, out: &mut [Num]) {
-        for (k, &o) in self.kinds.iter().zip(&self.offs) {
-            match *k {
-                COUNT | SUM => out[o] = Num::I(0),
-                MEAN => {
-                    out[o] = Num::I(0);
-                    out[o + 1] = Num::I(0);
-                }
-                _ => out[o] = Num::None,
-            }
-        }
-    }
-
-    /// The state's accumulator as numbers (a Bail for anything else: big ints,
-    /// strings, a shape the Python path built differently).
-    fn load(&self, acc: &Bound<'_, PyAny>, out: &mut [Num]) -> R<()> {
-        if !self.composite {
-            return self.load_one(self.kinds[0], acc, &mut out[..]);
-        }
-        let list = acc.cast_exact::<PyList>().map_err(|_| Bail)?;
-        if list.len() != self.kinds.len() {
-            return Err(Bail);
-        }
-        for (j, (k, &o)) in self.kinds.iter().zip(&self.offs).enumerate() {
-            let part = list.get_item(j).map_err(|_| Bail)?;
-            self.load_one(*k, &part, &mut out[o..])?;
-        }
-        Ok(())
-    }
-
-    fn load_one(&self, kind: u8, acc: &Bound<'_, PyAny>, out: &mut [Num]) -> R<()> {
-        match kind {
-            COUNT => out[0] = Num::I(int_of(acc)?),
-            SUM => out[0] = num_of(acc, false)?,
-            MEAN => {
-                let pair = acc.cast_exact::<PyList>().map_err(|_| Bail)?;
-                if pair.len() != 2 {
-                    return Err(Bail);
-                }
-                out[0] = num_of(&pair.get_item(0).map_err(|_| Bail)?, false)?;
-                out[1] = Num::I(int_of(&pair.get_item(1).map_err(|_| Bail)?)?);
-            }
-            _ => out[0] = num_of(acc, true)?,
-        }
-        Ok(())
-    }
-
-    /// One record's items folded into one accumulator, as the Python loop does.
-    #[inline]
-    fn update(&self, acc: &mut [Num], items: &[Num]) -> R<()> {
-        for (j, k) in self.kinds.iter().enumerate() {
-            let o = self.offs[j];
-            match *k {
-                COUNT => acc[o] = add(acc[o], Num::I(1))?,
-                SUM => acc[o] = add(acc[o], items[self.cols[j]])?,
-                MIN => {
-                    let x = items[self.cols[j]];
-                    if acc[o] == Num::None || lt(x, acc[o])? {
-                        acc[o] = x;
-                    }
-                }
-                MAX => {
-                    let x = items[self.cols[j]];
-                    if acc[o] == Num::None || lt(acc[o], x)? {
-                        acc[o] = x;
-                    }
-                }
-                _ => {
-                    acc[o] = add(acc[o], items[self.cols[j]])?;
-                    acc[o + 1] = add(acc[o + 1], Num::I(1))?;
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Pass 3.
     #[allow(clippy::too_many_arguments)]
     fn write<'py>(
@@ -483,6 +371,7 @@ impl Folder {
         windows: &Bound<'py, PyDict>, b: &Batch<'py>, wins: &[Win<'py>], slots: &[Slot<'py>],
         accs: &[Num], st: i64,
     ) -> PyResult<()> {
+        let shape = &self.shape;
         let py = state.py();
         let dirty = state.getattr(intern!(py, "dirty"))?.cast_into::<PyDict>()?;
         let firsts = state.getattr(intern!(py, "firsts"))?.cast_into::<PyDict>()?;
@@ -511,28 +400,10 @@ impl Folder {
             dirties.push(ds);
         }
         for (s, slot) in slots.iter().enumerate() {
-            let acc = &accs[s * self.width..(s + 1) * self.width];
+            let acc = &accs[s * shape.width..(s + 1) * shape.width];
             let key = &b.keys[slot.rec];
-            let cur = &dicts[slot.win];
-            match &slot.acc {
-                Some(old) if self.composite => {
-                    let list = old.cast::<PyList>()?;
-                    for (j, (k, &o)) in self.kinds.iter().zip(&self.offs).enumerate() {
-                        if *k == MEAN {
-                            let pair = list.get_item(j)?.cast_into::<PyList>()?;
-                            pair.set_item(0, py_num(py, acc[o]))?;
-                            pair.set_item(1, py_num(py, acc[o + 1]))?;
-                        } else {
-                            list.set_item(j, py_num(py, acc[o]))?;
-                        }
-                    }
-                }
-                Some(old) if self.kinds[0] == MEAN => {
-                    let pair = old.cast::<PyList>()?;
-                    pair.set_item(0, py_num(py, acc[0]))?;
-                    pair.set_item(1, py_num(py, acc[1]))?;
-                }
-                _ => cur.set_item(key, self.new_acc(py, acc)?)?,
+            if let Some(new) = shape.store(py, slot.acc.as_ref(), acc)? {
+                dicts[slot.win].set_item(key, new)?;
             }
             dirties[slot.win].add(key)?;
         }
@@ -540,20 +411,4 @@ impl Folder {
         Ok(())
     }
 
-    /// A Python accumulator as `Aggregator.add` builds it from zero.
-    fn new_acc<'py>(&self, py: Python<'py>, acc: &[Num]) -> PyResult<Bound<'py, PyAny>> {
-        let one = |k: u8, o: usize| -> PyResult<Bound<'py, PyAny>> {
-            Ok(if k == MEAN {
-                PyList::new(py, [py_num(py, acc[o]), py_num(py, acc[o + 1])])?.into_any()
-            } else {
-                py_num(py, acc[o])
-            })
-        };
-        if !self.composite {
-            return one(self.kinds[0], 0);
-        }
-        let parts: Vec<Bound<'py, PyAny>> =
-            self.kinds.iter().zip(&self.offs).map(|(&k, &o)| one(k, o)).collect::<PyResult<_>>()?;
-        Ok(PyList::new(py, parts)?.into_any())
-    }
 }

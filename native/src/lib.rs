@@ -2,6 +2,7 @@
 //! of a fast-path shape into a `FixedWindowState` (see `fold.rs`); `scan_json`
 //! exposes the JSON scanner to the tests that hold it to orjson.
 
+mod accs;
 mod fold;
 mod json;
 mod num;

@@ -45,6 +45,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from operator import attrgetter, itemgetter
+from types import ModuleType
 from typing import Any
 
 import orjson
@@ -55,6 +56,7 @@ from streamremat.core.records import SourceRecord
 from streamremat.core.serdes import JsonSerde, RawSerde
 from streamremat.core.window_state import NO_TIME, Failure, FixedWindowState
 
+native_module: ModuleType | None
 try:
     import streamremat_native as native_module
 except ImportError:  # not built (no Rust toolchain): the Python fold below

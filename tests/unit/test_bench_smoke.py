@@ -29,9 +29,11 @@ def test_core_throughput_small() -> None:
     assert {"tumbling_count_1k_keys", "tumbling_count_100k_keys", "hopping_sum_1k_keys",
             "session_count_10k_keys"} <= set(rates)
     assert all(isinstance(v, int | float) and v > 0 for v in rates.values())
-    # the fast path against the general path, and the goal, on the last line
-    by_path = summary["fast_vs_pure"]
-    assert isinstance(by_path, dict) and by_path["tumbling_count_sum_1k_keys"]["pure"] > 0
+    # each path (native where it is built), and the goal, on the last line
+    by_path = summary["by_path"]
+    row = by_path["tumbling_count_sum_1k_keys"]
+    assert isinstance(row, dict) and row["pure"] > 0 and row["fast"] > 0
+    assert ("native" in row) == summary["native_built"]
     assert summary["goals"] == {"tumbling_count_sum_1k_keys": 4_000_000}
     assert isinstance(summary["goals_met"], dict)
 

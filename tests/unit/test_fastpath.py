@@ -6,7 +6,6 @@ in the other path."""
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -19,98 +18,23 @@ from streamremat import RAW, Count, Hopping, Max, Mean, Min, Operator, Sum, Tumb
 from streamremat.core import fastpath
 from streamremat.core.records import Record
 from streamremat.core.task import Task
-from tests.unit.reference import RefWindow, run_reference
-
-T0 = 1_000
-
-
-def _op(window: Any, aggregate: Any, **kw: Any) -> Operator:
-    return Operator(name="fp", source="in", sink="out", window=window, aggregate=aggregate, **kw)
-
-
-#: the shapes the fast path takes, each with the window families
-SHAPES: dict[str, Any] = {
-    "count": lambda: {"n": Count()},
-    "min": lambda: Min("x"),
-    "max": lambda: Max("x"),
-    "mean": lambda: Mean("x"),
-    "count_sum": lambda: {"n": Count(), "total": Sum("x")},
-    "all": lambda: {"n": Count(), "s": Sum("x"), "lo": Min("x"), "hi": Max("x"),
-                    "avg": Mean("x")},
-    "sum_whole_value": lambda: {"s": Sum()},
-}
-WINDOWS = {
-    "tumbling": lambda: Tumbling(100, grace_ms=20),
-    "hopping": lambda: Hopping(100, 30, grace_ms=10),
-}
-
-numbers = st.one_of(
-    st.integers(-50, 50),
-    st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False),
-    st.sampled_from([0.1, 0.2, 0.3, 1e16, -1e16, -0.0, 2**63, 2**70]),
+from tests.unit.fastpath_support import (
+    SHAPES,
+    T0,
+    WINDOWS,
+    keys,
+    make_op,
+    run_task,
+    streams,
 )
-
-
-def _value(x: Any, ts: Any) -> bytes:
-    return json.dumps({"x": x, "ts": ts}).encode()  # json: also ints past 64 bits
-
-
-good_values = st.builds(_value, numbers, st.one_of(st.integers(T0, T0 + 600), st.just(-3)))
-bad_values = st.sampled_from([
-    b"{not json", b'{"y": 1}', None, b"[1, 2]", b'{"x": true}', b'{"x": null}', b'{"x": "s"}',
-    b'{"x": "\xff"}', b"7", b'{"x": 1e400}', b'{"x": [1]}',
-])
-keys = st.sampled_from([b'"a"', b'"b"', b'"c"', b'"d"'])
-
-
-@st.composite
-def streams(draw: Any, bad: bool = True) -> list[Record]:
-    """Records, a share of them bad (none, a few or many: with many, most batches
-    take the general path; with a few, most take the fast one)."""
-    n = draw(st.integers(0, 80))
-    bad_pct = draw(st.sampled_from([0, 2, 10, 30])) if bad else 0
-    recs = []
-    for i in range(n):
-        key, t, v = draw(keys), draw(st.integers(0, 600)), draw(good_values)
-        if draw(st.integers(0, 99)) < bad_pct:
-            which = draw(st.sampled_from(["key", "time", "value"]))
-            if which == "key":
-                key = None
-            elif which == "time":
-                t = draw(st.sampled_from([None, -5]))
-            else:
-                v = draw(bad_values)
-        recs.append(Record(key, v, None if t is None else T0 + t, i))
-    return recs
-
-
-def _run(task: Task, batches: list[list[Record]], snapshot_at: set[int]) -> list[Any]:
-    """Everything observable of a run: outputs per batch and the checkpoints taken."""
-    seen: list[Any] = []
-    for i, batch in enumerate(batches):
-        out = task.process(batch)
-        seen.append((
-            [(r.key, r.start_ms, r.end_ms, _canon(r.value)) for r in out.results],
-            [(d.record.offset, d.stage, d.reason) for d in out.dead_letters],
-            [(lr.record.offset, lr.timestamp_ms, lr.stream_time_ms) for lr in out.late],
-            [(f.key, f.start_ms, f.stage, f.reason) for f in out.failed],
-        ))
-        if i in snapshot_at:
-            seen.append(task.snapshot(full=i % 2 == 0))
-    seen.append(task.snapshot(full=True))
-    return seen
-
-
-def _canon(value: Any) -> Any:
-    """Results compared with their types (1 vs 1.0) and the sign of zero."""
-    return repr(value)
+from tests.unit.reference import RefWindow, run_reference
 
 
 def test_lone_count_and_sum_keep_their_own_loop() -> None:
     """In Python a lone Count or Sum keeps the general path's loop (as fast); the
     native fold takes them, and a batch it declines goes to that loop."""
     for agg in (Count(), Sum("x")):
-        fast = Task(_op(Tumbling(100), agg)).fast
+        fast = Task(make_op(Tumbling(100), agg)).fast
         if fastpath.native_module is None or not fastpath.native_enabled:
             assert fast is None
         else:
@@ -133,28 +57,28 @@ def _pair(op: Operator) -> tuple[Task, Task]:
 def test_fast_path_equals_general_path(
     window: str, shape: str, stream: list[Record], cut: int, snaps: set[int],
 ) -> None:
-    op = _op(WINDOWS[window](), SHAPES[shape]())
+    op = make_op(WINDOWS[window](), SHAPES[shape]())
     fast, pure = _pair(op)
     batches = [stream[i : i + cut] for i in range(0, len(stream), cut)]
-    assert _run(fast, batches, snaps) == _run(pure, batches, snaps)
+    assert run_task(fast, batches, snaps) == run_task(pure, batches, snaps)
 
 
 @pytest.mark.parametrize("window", sorted(WINDOWS))
 @settings(max_examples=25, deadline=None)
 @given(stream=streams(), cut=st.integers(1, 25))
 def test_event_time_from_a_field(window: str, stream: list[Record], cut: int) -> None:
-    op = _op(WINDOWS[window](), {"n": Count(), "s": Sum("x")}, timestamp_by="ts")
+    op = make_op(WINDOWS[window](), {"n": Count(), "s": Sum("x")}, timestamp_by="ts")
     fast, pure = _pair(op)
     batches = [stream[i : i + cut] for i in range(0, len(stream), cut)]
-    assert _run(fast, batches, set()) == _run(pure, batches, set())
+    assert run_task(fast, batches, set()) == run_task(pure, batches, set())
 
 
 @settings(max_examples=25, deadline=None)
 @given(stream=streams(), cut=st.integers(1, 25))
 def test_count_of_raw_values(stream: list[Record], cut: int) -> None:
-    fast, pure = _pair(_op(Tumbling(100), {"n": Count()}, value_serde=RAW))
+    fast, pure = _pair(make_op(Tumbling(100), {"n": Count()}, value_serde=RAW))
     batches = [stream[i : i + cut] for i in range(0, len(stream), cut)]
-    assert _run(fast, batches, set()) == _run(pure, batches, set())
+    assert run_task(fast, batches, set()) == run_task(pure, batches, set())
 
 
 strs_or_numbers = st.one_of(st.integers(-5, 5), st.text("ab", min_size=1, max_size=2))
@@ -169,10 +93,10 @@ def test_min_of_strings_then_numbers_fails_the_same_records(
     """A number compared with a string accumulator raises in the fold: the record goes
     to the dead letters and leaves stream time, as in the general path."""
     window = Hopping(100, 50) if hopping else Tumbling(100)
-    fast, pure = _pair(_op(window, {"n": Count(), "lo": Min("x"), "hi": Max("x")}))
+    fast, pure = _pair(make_op(window, {"n": Count(), "lo": Min("x"), "hi": Max("x")}))
     stream = [Record(k, orjson.dumps({"x": x}), T0 + t, i) for i, (k, t, x) in enumerate(xs)]
     batches = [stream[i : i + cut] for i in range(0, len(stream), cut)]
-    assert _run(fast, batches, {0, 1}) == _run(pure, batches, {0, 1})
+    assert run_task(fast, batches, {0, 1}) == run_task(pure, batches, {0, 1})
 
 
 @pytest.mark.parametrize("window", sorted(WINDOWS))
@@ -181,7 +105,7 @@ def test_min_of_strings_then_numbers_fails_the_same_records(
 def test_a_checkpoint_restores_in_the_other_path(
     window: str, stream: list[Record], cut: int, at: int,
 ) -> None:
-    op = _op(WINDOWS[window](), SHAPES["all"]())
+    op = make_op(WINDOWS[window](), SHAPES["all"]())
     first, rest = stream[:at], stream[at:]
     for writer_fast in (True, False):
         writer = Task(op)
@@ -193,7 +117,7 @@ def test_a_checkpoint_restores_in_the_other_path(
         a, b = Task.restore(op, 0, [payload]), Task.restore(op, 0, [payload])
         b.fast = None
         batches = [rest[i : i + cut] for i in range(0, len(rest), cut)]
-        assert _run(a, batches, set()) == _run(b, batches, set())
+        assert run_task(a, batches, set()) == run_task(b, batches, set())
 
 
 @pytest.mark.parametrize("window", sorted(WINDOWS))
@@ -203,7 +127,7 @@ def test_clean_streams_take_the_fast_path_and_match_the_reference(
     window: str, stream: list[Record], cut: int,
 ) -> None:
     w = WINDOWS[window]()
-    task = Task(_op(w, {"n": Count(), "total": Sum("x"), "avg": Mean("x")}))
+    task = Task(make_op(w, {"n": Count(), "total": Sum("x"), "avg": Mean("x")}))
     assert task.fast is not None
     fold, taken = task.fast.fold, []
 
@@ -242,9 +166,10 @@ def test_a_window_starting_with_negative_zero(window: str) -> None:
     fields = [Record(b'"a"', b'{"x": -0.0}', T0, 0), Record(b'"b"', b'{"x": 2}', T0 + 900, 1)]
     numbers = [Record(b'"a"', b"-0.0", T0, 0), Record(b'"b"', b"2", T0 + 900, 1)]
     for shape, recs in (("sum_whole_value", numbers), ("mean", fields), ("all", fields)):
-        fast, pure = _pair(_op(WINDOWS[window](), SHAPES[shape]()))
-        assert _run(fast, [recs[:1], recs[1:]], {0}) == _run(pure, [recs[:1], recs[1:]], {0})
-        fast = Task(_op(WINDOWS[window](), SHAPES[shape]()))
+        fast, pure = _pair(make_op(WINDOWS[window](), SHAPES[shape]()))
+        split = [recs[:1], recs[1:]]
+        assert run_task(fast, split, {0}) == run_task(pure, split, {0})
+        fast = Task(make_op(WINDOWS[window](), SHAPES[shape]()))
         [first] = [r.value for r in fast.process(recs).results if r.key == b'"a"'][:1]
         sums = [first[k] for k in ("s", "avg") if k in first] if isinstance(first, dict) \
             else [first]
