@@ -374,7 +374,9 @@ def test_native_folds_clean_batches_and_matches_the_reference(
         return repr({"n": len(vs), "s": total, "lo": lo, "hi": hi})
 
     ref = run_reference(RefWindow(window, 100, getattr(w, "advance_ms", 0), w.grace_ms),
-                        [(k, T0 + t, x) for k, t, x in xs], result)  # type: ignore[arg-type]
+                        # as decoded: orjson makes ints past 64 bits floats
+                        [(r.key, r.timestamp, orjson.loads(r.value or b"")["x"])
+                         for r in stream], result)  # type: ignore[arg-type]
     assert emitted == [(k, s, e, v) for k, s, e, v in ref.emissions]
     assert late == ref.late
     spy = task.fast.native if task.fast is not None else None
