@@ -13,6 +13,7 @@ it again, each copy byte-identical with the same idempotency header.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import re
 import socket
@@ -22,6 +23,7 @@ import urllib.request
 from collections import Counter
 
 import pytest
+from aiokafka import AIOKafkaProducer
 
 from streamremat.integrations.faust import H_IDEMPOTENCY
 from streamremat.metrics.dashboard import dashboard_queries, metric_names
@@ -34,7 +36,9 @@ from tests.fault.checks import (
     committed_offsets,
     expected_outputs,
     finish,
+    read_source,
     replay_range,
+    wait_caught_up,
 )
 from tests.fault.conftest import MakeFaultEnv
 from tests.fault.harness import REPO, FaultEnv, Feeder, WorkerProc, _die_with_parent
@@ -201,6 +205,62 @@ async def test_faust_survivor_restores_from_replica(make_fault_env: MakeFaultEnv
     assert twins, f"TWIN_PHASE_MS {TWIN_PHASE_MS}: no result on two partitions any more"
     repeats = await check_every_result(env)
     print(f"survivor: {len(twins)} result(s) on two partitions, {repeats} copies")
+
+
+async def produce_in_overlapping_transactions(env: FaultEnv, feeder: Feeder, chunks: int,
+                                              chunk: int) -> None:
+    """Two transactional producers write each chunk, half each, and commit one after
+    the other: on every partition two commit markers follow each other, two offsets
+    without a record. A last plain record per partition ends the source on a record."""
+    cfg = KafkaClientConfig.of(env.bootstrap)
+    producers = [AIOKafkaProducer(transactional_id=f"{env.app_name}-feeder-{i}",
+                                  **cfg.producer_kwargs(linger_ms=5)) for i in range(2)]
+    plain = AIOKafkaProducer(acks="all", **cfg.producer_kwargs())
+    for producer in (*producers, plain):
+        await producer.start()
+    try:
+        for _ in range(chunks):
+            rows = feeder.chunk(chunk)
+            half = len(rows) // 2
+            futures = []
+            for producer, part in zip(producers, (rows[:half], rows[half:]), strict=True):
+                await producer.begin_transaction()
+                futures += [await producer.send(env.source, value=v, key=k, partition=p,
+                                                timestamp_ms=ts) for k, v, ts, p in part]
+            await asyncio.gather(*futures)
+            for producer in producers:
+                await producer.commit_transaction()
+            await asyncio.sleep(CHUNK_INTERVAL_S)
+        await asyncio.gather(*[await plain.send(env.source, value=v, key=k, partition=p,
+                                                timestamp_ms=ts)
+                               for k, v, ts, p in feeder.chunk(env.partitions)])
+    finally:
+        for producer in (*producers, plain):
+            await producer.stop()
+
+
+async def test_faust_source_with_adjacent_transaction_markers(
+    make_fault_env: MakeFaultEnv,
+) -> None:
+    """A source written in transactions has offsets without records (the commit
+    markers). faust commits the first run of consecutive acked offsets, and accepts
+    one missing offset after its committed one but not two: the bridge acks every
+    offset it has processed past, records or not, so faust commits to the end
+    (before: its commits stopped at the first two adjacent markers for good)."""
+    env = make_fault_env()
+    feeder = Feeder(env.bootstrap, env.source, env.partitions, seed=31)
+    w = faust_worker(env, "a")
+    w.start()
+    await w.wait_live(env.partitions, timeout_s=90)
+    await produce_in_overlapping_transactions(env, feeder, chunks=8, chunk=CHUNK)
+    rows = sorted((r.partition, r.offset) for r in await read_source(env))
+    holes = [(p, a, b) for (p, a), (q, b) in itertools.pairwise(rows) if p == q and b - a > 2]
+    assert holes, "no two adjacent offsets without a record in the source"
+    await wait_caught_up(env, [w], timeout_s=60)
+    code, _ = await w.stop()
+    assert code == 0, env.dump_logs()
+    repeats = await check_every_result(env)
+    print(f"adjacent markers: {len(holes)} holes of two offsets, {repeats} copies")
 
 
 def last_checkpoints(w: WorkerProc) -> dict[int, int]:

@@ -273,15 +273,16 @@ class Bridge:
             self._report_gauges()
 
     async def _process(self, batch: Mapping[Any, Sequence[Any]], generation: int | None
-                       ) -> list[tuple[Any, Sequence[Any]]]:
+                       ) -> list[tuple[Any, int, int]]:
         """Feed the records of the current assignment to their partitions; return,
-        per partition, the records whose outputs Kafka now has (those may be acked).
+        per partition, the offsets ``[start, end)`` whose outputs Kafka now has (those
+        may be acked).
         Records fetched before the last rebalance or below a partition's position
         (fetched before a seek back) are neither processed nor acked: they come
         again, or came. aiokafka's records go to the engine as they are (they have
         what ``SourceRecord`` needs), as in the worker."""
         started = time.monotonic()
-        done: list[tuple[Any, Sequence[Any]]] = []
+        done: list[tuple[Any, int, int]] = []
         taken: list[tuple[FaustPartition, int]] = []
         if generation != self.faust_app.consumer_generation_id:
             batch = {}
@@ -307,7 +308,7 @@ class Bridge:
             runner.process(msgs)
             for name in runner.names:
                 self.sensor.on_records_in(name, tp.partition, len(msgs))
-            done.append((tp, msgs))
+            done.append((tp, position, msgs[-1].offset + 1))
             taken.append((runner, len(msgs)))
         for runner in self.runners.values():
             await runner.deliver()
@@ -400,22 +401,22 @@ def _offset(m: Any) -> int:
     return int(m.offset)
 
 
-def _ack(consumer: Any, done: Sequence[tuple[Any, Sequence[Any]]]) -> None:
-    """faust's ``Consumer.ack`` for whole batches of one partition each (offset
-    order): their offsets become committable at once. The records never entered
-    faust's stream, so nothing tracks them as unacked; offsets below the committed
-    one (a replay) are ignored, as ``ack`` does."""
+def _ack(consumer: Any, done: Sequence[tuple[Any, int, int]]) -> None:
+    """faust's ``Consumer.ack`` for whole batches, each ``(tp, start, end)``: the
+    partition's offsets ``[start, end)`` are processed (``start`` its position
+    before the batch) and become committable at once. Every offset of the range
+    is acked, also those without a record (transaction markers, records removed
+    by compaction): faust commits the first run of consecutive acked offsets, and
+    a hole of two or more offsets would stop its commits for good. The records
+    never entered faust's stream, so nothing tracks them as unacked; offsets below
+    the committed one (a replay) are ignored, as ``ack`` does."""
     with _ack_lock:
-        for tp, msgs in done:
-            first, last = msgs[0].offset, msgs[-1].offset
-            offsets: Sequence[int] = (range(first, last + 1) if last - first + 1 == len(msgs)
-                                      else [m.offset for m in msgs])
+        for tp, start, end in done:
             committed = consumer._committed_offset[tp]
-            if committed is not None and first < committed:
-                offsets = offsets[bisect.bisect_left(offsets, committed):]
+            offsets = range(start if committed is None else max(start, committed), end)
             index = consumer._acked_index[tp]
-            fresh = offsets if index.isdisjoint(offsets) else [o for o in offsets
-                                                                 if o not in index]
+            fresh: Sequence[int] = (offsets if index.isdisjoint(offsets)
+                                    else [o for o in offsets if o not in index])
             index.update(fresh)
             consumer._acked[tp].extend(fresh)
             consumer._n_acked += len(fresh)
