@@ -24,6 +24,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PySet};
 use rustc_hash::FxHashMap;
 
+use crate::attrs::Reader;
 use crate::accs::{int_of, Shape, COUNT, MAX, MEAN, MIN, SUM};
 use crate::json::{self, Bail, Val, R};
 use crate::num::Num;
@@ -234,17 +235,27 @@ impl Folder {
             items: Vec::with_capacity(n * ncols),
         };
         let fields: Vec<&[u8]> = self.fields.iter().map(|f| f.as_slice()).collect();
+        // key, then timestamp and value where they are read
+        let mut names = vec![intern!(py, "key").clone()];
+        let ts_at = self.time_field.is_none().then(|| {
+            names.push(intern!(py, "timestamp").clone());
+            names.len() - 1
+        });
+        let value_at = (self.mode != Mode::Ignore).then(|| {
+            names.push(intern!(py, "value").clone());
+            names.len() - 1
+        });
+        let reader = Reader::new(&records.get_item(0).map_err(|_| Bail)?, names).map_err(|_| Bail)?;
+        let mut got: Vec<Bound<'py, PyAny>> = Vec::with_capacity(3);
         for r in records.iter() {
-            let key = r.getattr(intern!(py, "key")).map_err(|_| Bail)?;
-            b.keys.push(key.cast_into_exact::<PyBytes>().map_err(|_| Bail)?);
+            reader.read(&r, &mut got).map_err(|_| Bail)?;
+            b.keys.push(got[0].clone().cast_into_exact::<PyBytes>().map_err(|_| Bail)?);
             let mut t = None;
-            if self.time_field.is_none() {
-                let ts = r.getattr(intern!(py, "timestamp")).map_err(|_| Bail)?;
-                t = Some(int_of(&ts)?);
+            if let Some(at) = ts_at {
+                t = Some(int_of(&got[at])?);
             }
-            if self.mode != Mode::Ignore {
-                let value = r.getattr(intern!(py, "value")).map_err(|_| Bail)?;
-                let value = value.cast_exact::<PyBytes>().map_err(|_| Bail)?;
+            if let Some(at) = value_at {
+                let value = got[at].cast_exact::<PyBytes>().map_err(|_| Bail)?;
                 let buf = value.as_bytes();
                 match self.mode {
                     Mode::Validate => {

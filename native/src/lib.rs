@@ -3,6 +3,7 @@
 //! exposes the JSON scanner to the tests that hold it to orjson.
 
 mod accs;
+mod attrs;
 mod fold;
 mod json;
 mod num;
