@@ -105,10 +105,11 @@ class Checkpointer:
         """Write one checkpoint of every task (DESIGN §5, §7, §9); return the plans.
 
         1. The caller guarantees the state's outputs are committed (offset <= committed)
-           and folds nothing into the tasks until this returns (the worker and the
-           faust bridge hold their lock; ``writing`` is set meanwhile, and
-           ``PartitionRunner.process`` refuses to run), so each checkpoint is of
-           the state at its offset.
+           and folds nothing into the tasks until this returns (the worker pauses
+           the partition in its consumer, ``runtime/checkpoint_runs.py``, and goes
+           on with the others; the faust bridge holds its lock; ``writing`` is set
+           meanwhile, and ``PartitionRunner.process`` refuses to run), so each
+           checkpoint is of the state at its offset.
         2. ``planner`` gives each task's rematerialization plan (in a worker thread:
            it sizes every open group); without one everything is stored.
         3. Per task, encode a delta (dirty accumulators) or, when the chain needs

@@ -30,6 +30,7 @@ from streamremat.core.topology import Stage, compile_app
 from streamremat.metrics.sensor import Sensor
 from streamremat.runtime import gaps, gc_tuning
 from streamremat.runtime.access import AUTHORIZATION_ERRORS, access_denied, check_connection
+from streamremat.runtime.checkpoint_runs import CheckpointRuns
 from streamremat.runtime.exceptions import KafkaAccessError, WorkerError
 from streamremat.runtime.fetching import fetch_round, group_consumer
 from streamremat.runtime.lifecycle import (
@@ -72,15 +73,15 @@ class Worker:
         self.group_id = settings.group_id or app.group_id
         self.runners: dict[TopicPartition, PartitionRunner] = {}
         self.topology = compile_app(app)
-        self._by_topic: dict[str, list[Stage]] = {
-            topic: self.topology.on(topic) for topic in self.topology.sources
-        }
+        self._by_topic: dict[str, list[Stage]] = {t: self.topology.on(t)
+                                                  for t in self.topology.sources}
         self._lock = asyncio.Lock()
         self._stopping = asyncio.Event()
         self._consumer: Any = None
         self._shared_producer: Any = None
         self._admin: Any = None
         self._purger: RepartitionPurger | None = None
+        self._checkpoints = CheckpointRuns()
         self._local: CheckpointStore | None = None
         self._replica: CheckpointStore | None = None
         self._fatal: BaseException | None = None
@@ -160,7 +161,9 @@ class Worker:
         except CheckpointStoreUnavailable as exc:
             raise WorkerError(str(exc)) from exc
         await check_connection(client)
-        await self._ensure_topics()
+        made = await ensure_topics(self.app, self.settings, self.topology, self._by_topic)
+        self._checkpoint_partitions = made.checkpoint_partitions
+        self._retention_s.update(made.retention_s)
         if s.checkpoints.replicate:
             replica = await KafkaCheckpointStore.open(
                 client, self.app.checkpoint_topic,
@@ -182,11 +185,6 @@ class Worker:
             s.worker_id, self.app.name, self.group_id, ", ".join(sorted(self._by_topic)),
             s.guarantee.value,
         )
-
-    async def _ensure_topics(self) -> None:
-        made = await ensure_topics(self.app, self.settings, self.topology, self._by_topic)
-        self._checkpoint_partitions = made.checkpoint_partitions
-        self._retention_s.update(made.retention_s)
 
     # -- the live loop ----------------------------------------------------------
 
@@ -232,6 +230,7 @@ class Worker:
     async def _process(self, batches: dict[TopicPartition, list[Any]], backlogged: bool) -> None:
         started = time.monotonic()
         await self._reap(wait=False)  # so that a finished commit's partition flushes again
+        await self._checkpoints.reap(self._consumer, self.runners)
         firsts = {tp: records[0].offset for tp, records in batches.items() if records}
         await gaps.check_jumps(self._consumer, self.runners, firsts,
                                self.settings.on_retention_gap, self.sensor)
@@ -276,13 +275,14 @@ class Worker:
         exactly at its committed offset, and the commit proved this worker still owns
         it (a worker frozen past its session timeout is fenced by the commit instead
         of writing a checkpoint for a partition it lost). So a partition due for a
-        checkpoint commits here, with the loop held; the others in the background
-        (``PartitionRunner.start_commit``) while the loop goes on."""
+        checkpoint commits here, with the loop held, then checkpoints in the background,
+        paused (``CheckpointRuns``); the others commit in the background."""
         self._last_commit = time.monotonic()
         await self._reap(wait=True)  # at most one commit in flight per partition
         # Also one idle since its last records committed while no checkpoint was due (the
         # rest of a partial round): it commits its offset again (proves ownership).
-        runners = [r for r in self.runners.values() if r.has_uncommitted or r.checkpoint_lags()]
+        runners = [r for r in self.runners.values() if r.tp not in self._checkpoints
+                   and (r.has_uncommitted or r.checkpoint_lags())]
         due = [r for r in runners if r.checkpoint_due()]
         for runner in runners:
             if runner not in due:
@@ -298,9 +298,7 @@ class Worker:
                 continue  # failed, fenced or dropped during the commit
             self._parking.committed(runner.tp)
             if self._fatal is None and runner.phase is Phase.LIVE:
-                await runner.checkpoint()
-                if self._purger is not None:
-                    await self._purger.purge(runner)
+                self._checkpoints.start(runner, self._consumer, self._purger)
 
     async def _reap(self, wait: bool) -> None:
         """Finish the background commits done (all with ``wait``); a failed one like
@@ -377,6 +375,7 @@ class Worker:
             self._parking.revoked(revoked)
 
     async def _hand_over(self, tps: list[TopicPartition]) -> None:
+        await self._checkpoints.finish(tps)
         runners = [self.runners[tp] for tp in tps if tp in self.runners]
         # Always commit, even with nothing new: the transaction proves this worker
         # still owns the partition (a zombie is fenced here) before it checkpoints.
@@ -478,6 +477,7 @@ class Worker:
                 async with self._lock:
                     if self._fatal is None:
                         await self._hand_over(list(self.runners))
+                    await self._checkpoints.settle()  # the dropped partitions' too
                     for tp in list(self.runners):
                         # After a fatal error the runners' state may be ahead of what
                         # committed: drop their open transactions, commit nothing.

@@ -1,0 +1,88 @@
+"""While one partition writes a checkpoint, the worker's other partitions go on:
+only the checkpointing partition is paused (as Kafka Streams does), and the
+output is still exactly the reference's.
+
+The checkpoint of partition 0 is held at its local write (a gate around the real
+RocksDB store's ``append``, as a large checkpoint's encode and synced write would
+hold it for seconds); meanwhile partition 1 must process and commit new records.
+Before, the worker's loop awaited each checkpoint write, so no partition moved
+until it was done."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from streamremat import App
+from streamremat.runtime.kafka import ProducerRecord, end_offsets, produce
+from streamremat.runtime.settings import CheckpointSettings
+from streamremat.runtime.worker import Worker
+from streamremat.state.frame import CheckpointFrame
+from streamremat.state.rocksdb import RocksDBCheckpointStore
+from tests.integration.test_worker import _expected, _operator, _settings, _sink_results
+
+
+def _rows(n: int, base_ms: int, partition: int, first: int = 0) -> list[ProducerRecord]:
+    return [ProducerRecord(b"k%d" % (i % 13), orjson.dumps({"x": i % 7}),
+                           base_ms + i * 10, partition) for i in range(first, first + n)]
+
+
+async def _committed(bootstrap: str, group: str, tp: TopicPartition) -> int:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return await consumer.committed(tp) or 0
+    finally:
+        await consumer.stop()
+
+
+@pytest.mark.timeout(300)
+async def test_other_partitions_go_on_while_one_writes_a_checkpoint(
+    kafka_bootstrap: str, new_topic: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    source = new_topic(2, {"retention.ms": "-1"})
+    op = _operator(source, f"{source}-out")
+    base = int(time.time() * 1000) - 600_000
+    first = _rows(500, base, 0) + _rows(500, base, 1)
+    await produce(kafka_bootstrap, source, first)
+
+    held, release = asyncio.Event(), asyncio.Event()
+    real_append = RocksDBCheckpointStore.append
+
+    async def gated(self: RocksDBCheckpointStore, frame: CheckpointFrame) -> None:
+        if frame.task.partition == 0 and not release.is_set():
+            held.set()
+            await release.wait()
+        await real_append(self, frame)
+
+    monkeypatch.setattr(RocksDBCheckpointStore, "append", gated)
+    worker = Worker(App(f"w-{source}", [op]), _settings(
+        kafka_bootstrap, tmp_path, checkpoints=CheckpointSettings(
+            policy="fixed", interval_s=0.5, replicate=False)))
+    task = asyncio.create_task(worker.run(handle_signals=False))
+    p1 = TopicPartition(source, 1)
+    second: list[ProducerRecord] = []
+    try:
+        await asyncio.wait_for(held.wait(), 60)  # partition 0's checkpoint is writing
+        second = _rows(300, base + 5_000, 1, first=500)
+        await produce(kafka_bootstrap, source, second)
+        target = (await end_offsets(kafka_bootstrap, source))[1]
+        deadline = time.monotonic() + 30
+        while await _committed(kafka_bootstrap, worker.group_id, p1) < target:
+            assert not task.done(), f"worker stopped early with {task.result()}"
+            assert time.monotonic() < deadline, (
+                "partition 1 did not commit its new records while partition 0 checkpointed")
+            await asyncio.sleep(0.2)
+        assert not release.is_set() and held.is_set()  # still held all along
+    finally:
+        release.set()
+        await asyncio.sleep(1.0)  # partition 0's checkpoint lands, it resumes
+        worker.stop()
+    assert await asyncio.wait_for(task, 60) == 0
+    assert await _sink_results(kafka_bootstrap, op.sink) == _expected(op, first + second)
