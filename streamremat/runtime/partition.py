@@ -159,6 +159,9 @@ class PartitionRunner:
            below a task's checkpoint offset feed only its recompute groups, see
            ``core.recovery.PartitionTasks``), and from ``k`` on the partition is
            live. A checkpoint follows soon after.
+        5. Seed the plans' retention bound from the broker's time index
+           (``RetentionBound.seed_from``): without it, every window open across
+           the restart would be stored until it closes.
         """
         started = time.monotonic()
         tp = self.tp
@@ -199,6 +202,7 @@ class PartitionRunner:
                                    self.report.source or "none")
             if unclean:
                 self.sensor.on_failure_detected(name, tp.partition)
+        await self._retention.seed_from(consumer, tp, time.time())
         self.scheduler.restore(restored.meta, unclean, time.time(), self.retention_s)
         self._restored_wall = time.time()
         self._replay_started = self._replay_logged = time.monotonic()

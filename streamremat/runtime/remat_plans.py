@@ -4,9 +4,15 @@ bound of the topic that replay reads."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import logging
 import math
 from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
 
 from streamremat.core.task import Task
 from streamremat.state.frame import TaskId
@@ -21,6 +27,10 @@ from streamremat.tuning.remat import (
 
 #: Samples of the partition's end offset kept for the retention bound.
 MAX_SAMPLES = 4096
+#: Samples read from the broker when a partition is assigned (``broker_samples``).
+SEED_SAMPLES = 16
+
+log = logging.getLogger("streamremat.worker")
 
 
 class RetentionBound:
@@ -34,6 +44,12 @@ class RetentionBound:
         self.retention_s = retention_s
         self._samples: collections.deque[tuple[float, int]] = collections.deque(
             maxlen=MAX_SAMPLES)
+
+    async def seed_from(self, consumer: Any, tp: TopicPartition, now_s: float) -> None:
+        """Start with ``broker_samples`` of ``tp`` (at assignment, before any
+        ``observe``: they are older than every observed sample)."""
+        samples = await broker_samples(consumer, tp, self.retention_s, now_s)
+        self._samples.extendleft(reversed(samples))
 
     def observe(self, now_s: float, highwater: int | None) -> None:
         if highwater is None or (self._samples and self._samples[-1][1] == highwater):
@@ -51,6 +67,40 @@ class RetentionBound:
             if wall >= cutoff:
                 return min(highwater, checkpoint_offset)
         return checkpoint_offset
+
+
+async def broker_samples(consumer: Any, tp: TopicPartition, retention_s: float | None,
+                         now_s: float) -> list[tuple[float, int]]:
+    """Samples for ``RetentionBound`` from the broker's time index, so that a new
+    owner knows the retention of offsets appended before it started (without
+    them it forces every window open across a restart to be stored).
+
+    Time-based retention deletes whole segments from the log start, oldest
+    first, once a segment's largest record timestamp is older than the
+    retention, and stops at the first one that is not: so every offset at or
+    after the first one whose timestamp is >= ``w`` (``offsets_for_times``)
+    lives until at least ``w + retention``, as a sample ``(w, offset)`` says.
+    Timestamps are spread over the retention period, one every
+    ``retention / SEED_SAMPLES``; a timestamp past the last record's gives the
+    end offset. None on any error (the bound then learns from its own samples)."""
+    if retention_s is None or math.isinf(retention_s) or not hasattr(consumer,
+                                                                     "offsets_for_times"):
+        return []  # unlimited; or the faust bridge's positioner, which lists no offsets
+    step = retention_s / SEED_SAMPLES
+    walls = [now_s - retention_s + step * k for k in range(1, SEED_SAMPLES + 1)]
+    try:
+        end = (await consumer.end_offsets([tp]))[tp]
+        found = await asyncio.gather(*(consumer.offsets_for_times({tp: int(w * 1000)})
+                                       for w in walls))
+    except (KafkaError, OSError) as exc:
+        log.info("%s[%d]: the retention bound starts without the broker's time index: %r",
+                 tp.topic, tp.partition, exc)
+        return []
+    samples = []
+    for wall, by_tp in zip(walls, found, strict=True):
+        hit = by_tp.get(tp)
+        samples.append((wall, end if hit is None else hit.offset))
+    return samples
 
 
 def plan_checkpoint(

@@ -90,8 +90,10 @@ class Owner:
 
     @classmethod
     async def take_over(cls, bootstrap: str, op: Operator, group: str, state_dir: Path,
-                        replica: CheckpointStore | None) -> Owner:
-        """Fence the previous owner (init_transactions) and recover the partition.
+                        replica: CheckpointStore | None,
+                        retention_s: float | None = None) -> Owner:
+        """Fence the previous owner (init_transactions) and recover the partition
+        (``retention_s``: its source's, as the worker reads it from the topic).
         The owner closes ``replica`` when it closes."""
         tp = TopicPartition(op.source, 0)
         s = settings(bootstrap, state_dir)
@@ -108,7 +110,8 @@ class Owner:
         local = RocksDBCheckpointStore(state_dir / "ck.rocksdb")
         runner = PartitionRunner(tp, compile_app(op).stages, settings=s, group_id=group,
                                  producer=producer, local=local, replica=replica,
-                                 scheduler=CheckpointScheduler(s.checkpoints), sensor=Sensor())
+                                 scheduler=CheckpointScheduler(s.checkpoints), sensor=Sensor(),
+                                 retention_s=retention_s)
 
         async def fetch_committed(tp: TopicPartition) -> tuple[int | None, str]:
             for _ in range(100):  # a fresh broker creates the offsets topic on first use
