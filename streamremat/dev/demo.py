@@ -19,6 +19,7 @@ import collections
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -84,10 +85,33 @@ def _run(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         default_bootstrap = status.bootstrap
-        print(f"dev broker at {status.bootstrap} (stop it with `streamremat broker stop"
-              f"{'' if args.port == DEFAULT_PORT else f' --port {args.port}'}`)")
+        print(f"dev broker at {status.bootstrap} (stop it with {stop_hint(args.port)})")
     client = client_config_from_args(args, default_bootstrap)
     return asyncio.run(_demo(client, _client_env(args), args.events, args.users, args.seed))
+
+
+def stop_hint(port: int, program: str | None = None) -> str:
+    """How to stop the broker the demo started. In a fresh clone ``streamremat``
+    is in ``.venv/bin``, not on the PATH (``make demo`` runs it from there): name
+    the Makefile's target for the default port, and the command the way this
+    process was started (``program``, default ``sys.argv[0]``)."""
+    path = os.path.abspath(program if program is not None else sys.argv[0])
+    name = os.path.basename(path)
+    found = shutil.which(name)
+    if name.endswith(".py"):  # python -m streamremat
+        command = f"{_short(sys.executable)} -m streamremat"
+    elif found is not None and os.path.abspath(found) == path:
+        command = name
+    else:
+        command = _short(path)
+    stop = f"`{command} broker stop{'' if port == DEFAULT_PORT else f' --port {port}'}`"
+    return f"`make broker-stop` or {stop}" if port == DEFAULT_PORT else stop
+
+
+def _short(path: str) -> str:
+    """``path`` relative to the working directory when it is below it."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
 
 
 def _client_env(args: argparse.Namespace) -> dict[str, str]:
