@@ -25,9 +25,10 @@ $(STAMP): pyproject.toml constraints.txt
 	@touch $(STAMP)
 
 # Rebuilt only when native/ changes (cargo's target dir, native/target, is kept).
-# A failed build uninstalls any older one, so a stale module is never loaded.
+# Without cargo, or when the build fails, any older build is uninstalled: never a stale module.
 $(NATIVE): $(STAMP) $(NATIVE_SRC)
 	@if [ -z "$(CARGO)" ]; then \
+	  $(BIN)/python -m pip uninstall -q -y streamremat-native > /dev/null 2>&1; \
 	  echo "native: no Rust toolchain (cargo) found: streamremat runs its pure-Python fast path"; \
 	elif PATH="$(dir $(CARGO)):$$PATH" VIRTUAL_ENV="$(abspath $(VENV))" \
 	    $(BIN)/maturin develop --release --locked -m native/Cargo.toml > $(VENV)/native-build.log 2>&1; then \
