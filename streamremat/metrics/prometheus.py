@@ -45,10 +45,9 @@ from streamremat.metrics.sensor import (
     E2E_LATENCY_BUCKETS_S,
     PARTITION_STATES,
     LatencyBatch,
-    RematPlanLike,
+    RematSummaryLike,
     Sensor,
     TunerDecisionLike,
-    read_remat_plan,
     read_tuner_decision,
 )
 
@@ -454,5 +453,5 @@ class PrometheusSensor(Sensor):
         if reading.rto_infeasible is not None:
             task.child(self._infeasible).set(1 if reading.rto_infeasible else 0)
 
-    def on_remat_plan(self, operator: str, partition: int, plan: RematPlanLike) -> None:
-        self._remat.report(self._task(operator, partition).child, read_remat_plan(plan))
+    def on_remat_plan(self, operator: str, partition: int, plan: RematSummaryLike) -> None:
+        self._remat.report(self._task(operator, partition).child, plan)

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from prometheus_client import Counter, Gauge
 
-from streamremat.metrics.sensor import REMAT_FORCED_REASONS, RematReading
+from streamremat.metrics.sensor import REMAT_FORCED_REASONS, RematSummaryLike, forced_labels
 
 CHOICES: Final = ("store", "recompute")
 
@@ -52,13 +52,14 @@ class RematMetrics:
             "reason",
         )
 
-    def report(self, child: Callable[..., Any], reading: RematReading) -> None:
+    def report(self, child: Callable[..., Any], summary: RematSummaryLike) -> None:
         """``child(metric, *extra)``: the task's labelled child of ``metric``."""
-        child(self.groups, "store").set(reading.groups_stored)
-        child(self.groups, "recompute").set(reading.groups_recomputed)
-        child(self.stored_bytes).set(reading.bytes_stored)
-        child(self.saved_bytes).inc(reading.bytes_saved)
-        child(self.extra_records).set(reading.extra_replay_records)
-        child(self.extra_seconds).set(reading.extra_replay_s)
+        child(self.groups, "store").set(summary.groups_stored)
+        child(self.groups, "recompute").set(summary.groups_recomputed)
+        child(self.stored_bytes).set(summary.bytes_stored)
+        child(self.saved_bytes).inc(summary.bytes_saved)
+        child(self.extra_records).set(summary.extra_replay_records)
+        child(self.extra_seconds).set(summary.extra_replay_s)
+        forced = forced_labels(summary)
         for reason in REMAT_FORCED_REASONS:
-            child(self.forced, reason).set(reading.forced.get(reason, 0))
+            child(self.forced, reason).set(forced[reason])

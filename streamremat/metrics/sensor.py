@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -22,12 +22,11 @@ __all__ = [
     "PARTITION_STATES",
     "REMAT_FORCED_REASONS",
     "LatencyBatch",
-    "RematPlanLike",
-    "RematReading",
+    "RematSummaryLike",
     "Sensor",
     "TunerDecisionLike",
     "TunerReading",
-    "read_remat_plan",
+    "forced_labels",
     "read_tuner_decision",
 ]
 
@@ -186,31 +185,14 @@ def read_tuner_decision(decision: TunerDecisionLike) -> TunerReading:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class RematReading:
-    """One checkpoint's rematerialization plan as the metrics see it."""
-
-    groups_stored: int
-    groups_recomputed: int
-    bytes_stored: int
-    bytes_saved: int
-    extra_replay_records: int
-    extra_replay_s: float
-    #: groups stored because a constraint forced it, by `REMAT_FORCED_REASONS` label
-    forced: Mapping[str, int]
-
-
-class _GroupLike(Protocol):
-    @property
-    def store(self) -> bool: ...
-
-
-class RematPlanLike(Protocol):
-    """What metrics read of a `streamremat.tuning.remat.RematPlan` (they import
-    no tuner code)."""
+class RematSummaryLike(Protocol):
+    """What metrics read of a checkpoint's plan: the planner's summary of it,
+    `streamremat.tuning.plan_summary.PlanSummary` (metrics import no tuner code)."""
 
     @property
-    def groups(self) -> Sequence[_GroupLike]: ...
+    def groups_stored(self) -> int: ...
+    @property
+    def groups_recomputed(self) -> int: ...
     @property
     def bytes_stored(self) -> int: ...
     @property
@@ -219,7 +201,10 @@ class RematPlanLike(Protocol):
     def extra_replay_records(self) -> int: ...
     @property
     def extra_replay_s(self) -> float: ...
-    def forced(self) -> Mapping[Any, int]: ...
+    @property
+    def forced(self) -> Mapping[Any, int]:
+        """Groups stored because a constraint forced it, by reason (an enum or its name)."""
+        ...
 
 
 def _reason_label(reason: object) -> str:
@@ -230,21 +215,12 @@ def _reason_label(reason: object) -> str:
     return label
 
 
-def read_remat_plan(plan: RematPlanLike) -> RematReading:
-    """Normalise a `RematPlan`: counts per choice and per forcing constraint."""
-    stored = sum(1 for g in plan.groups if g.store)
+def forced_labels(summary: RematSummaryLike) -> dict[str, int]:
+    """The forced stores of a plan by `REMAT_FORCED_REASONS` label (0 for the others)."""
     forced: dict[str, int] = dict.fromkeys(REMAT_FORCED_REASONS, 0)
-    for reason, n in plan.forced().items():
+    for reason, n in summary.forced.items():
         forced[_reason_label(reason)] += n
-    return RematReading(
-        groups_stored=stored,
-        groups_recomputed=len(plan.groups) - stored,
-        bytes_stored=plan.bytes_stored,
-        bytes_saved=plan.bytes_saved,
-        extra_replay_records=plan.extra_replay_records,
-        extra_replay_s=plan.extra_replay_s,
-        forced=forced,
-    )
+    return forced
 
 
 class Sensor:
@@ -340,6 +316,6 @@ class Sensor:
     def on_tuner(self, operator: str, partition: int, decision: TunerDecisionLike) -> None:
         """A tuner decision: a Mapping or an object; see `read_tuner_decision`."""
 
-    def on_remat_plan(self, operator: str, partition: int, plan: RematPlanLike) -> None:
-        """The rematerialization plan a checkpoint of the task was written with
-        (`streamremat.tuning.remat.RematPlan`; see `read_remat_plan`)."""
+    def on_remat_plan(self, operator: str, partition: int, plan: RematSummaryLike) -> None:
+        """The rematerialization plan a checkpoint of the task was written with, as
+        its summary (`streamremat.tuning.plan_summary.PlanSummary`)."""

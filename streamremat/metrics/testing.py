@@ -7,7 +7,7 @@ plausible figures, so a registry exports every metric family at least once.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 
@@ -17,24 +17,18 @@ __all__ = ["exercise_every_hook", "exported_sample_names"]
 
 
 @dataclass(frozen=True)
-class _Group:
-    store: bool
+class _Summary:
+    """A plan summary of the shape of `streamremat.tuning.plan_summary.PlanSummary`
+    (metrics import no tuner code): 3 groups stored (one forced by retention, one
+    by the RTO), 2 recomputed."""
 
-
-@dataclass(frozen=True)
-class _Plan:
-    """A plan of the shape of `streamremat.tuning.remat.RematPlan` (metrics import
-    no tuner code): 3 groups stored (one forced by retention, one by the RTO),
-    2 recomputed."""
-
-    groups: tuple[_Group, ...] = (_Group(True),) * 3 + (_Group(False),) * 2
+    groups_stored: int = 3
+    groups_recomputed: int = 2
     bytes_stored: int = 40_000
     bytes_saved: int = 2_500_000
     extra_replay_records: int = 60_000
     extra_replay_s: float = 3.0
-
-    def forced(self) -> Mapping[str, int]:
-        return {"RETENTION": 1, "RTO": 1}
+    forced: Mapping[str, int] = field(default_factory=lambda: {"RETENTION": 1, "RTO": 1})
 
 
 def exercise_every_hook(sensor: Sensor, operator: str = "counts", partition: int = 0) -> None:
@@ -83,7 +77,7 @@ def exercise_every_hook(sensor: Sensor, operator: str = "counts", partition: int
             "rto_s": 60.0,
         },
     )
-    sensor.on_remat_plan(operator, partition, _Plan())
+    sensor.on_remat_plan(operator, partition, _Summary())
 
 
 def exported_sample_names(registry: CollectorRegistry) -> set[str]:

@@ -94,9 +94,10 @@ class TunerFeed:
                                            self.backlog(self.last_highwater, restored))
         words = decision.explain()
         for name, plan in sorted((plans or {}).items()):
-            words += " | " + describe_plan(name, PlanSummary.of(plan))
+            summary = PlanSummary.of(plan)
+            words += " | " + describe_plan(name, summary)
             if sensor is not None:
-                sensor.on_remat_plan(name, partition, plan)
+                sensor.on_remat_plan(name, partition, summary)
         log.info("%s: tuner: %s", where, words,
                  extra={"event": "tuner", "interval_s": decision.interval_s,
                         "bound": decision.active_bound.name.lower(),

@@ -17,7 +17,7 @@ from streamremat.metrics.sensor import (
     E2E_LATENCY_BUCKETS_S,
     REMAT_FORCED_REASONS,
     LatencyBatch,
-    read_remat_plan,
+    forced_labels,
 )
 from streamremat.metrics.testing import exercise_every_hook, exported_sample_names
 
@@ -325,7 +325,9 @@ def _real_plan() -> Any:
 
 
 def test_remat_plan_hook(sensor: PrometheusSensor, registry: CollectorRegistry) -> None:
-    p = _real_plan()
+    from streamremat.tuning.plan_summary import PlanSummary
+
+    p = PlanSummary.of(_real_plan())
     sensor.on_remat_plan("counts", 0, p)
     assert value(registry, "streamremat_remat_window_groups", choice="store") == 3
     assert value(registry, "streamremat_remat_window_groups", choice="recompute") == 2
@@ -347,8 +349,8 @@ def test_remat_reason_labels_are_the_planners_forcing_reasons() -> None:
     from streamremat.tuning.remat import FORCED
 
     assert set(REMAT_FORCED_REASONS) == {r.name.lower() for r in FORCED}
+    from streamremat.tuning.plan_summary import PlanSummary
+    from streamremat.tuning.remat import Reason
+
     with pytest.raises(ValueError, match="not one of"):
-        read_remat_plan(type("P", (), {
-            "groups": (), "bytes_stored": 0, "bytes_saved": 0, "extra_replay_records": 0,
-            "extra_replay_s": 0.0, "forced": lambda self: {"CHEAPER_TO_STORE": 1},
-        })())  # fmt: skip
+        forced_labels(PlanSummary(0, 0, 0, 0, 0, 0, 0, 0.0, {Reason.CHEAPER_TO_STORE: 1}))
