@@ -7,13 +7,20 @@ partition waits, as in Kafka Streams: it is paused in the consumer, so no
 record of it is fetched while its state is encoded (aiokafka returns nothing
 of a paused partition and keeps its position), and resumed once the
 checkpoint is written. The other partitions go on processing and committing.
+
+A checkpoint follows the commit that proved this worker owns its partition. A
+process stopped in between (SIGSTOP, a VM pause) may have lost the partition
+when it runs again, and must not write a checkpoint of it then: a ticker
+notes when the event loop stood still for longer than the session timeout,
+and a checkpoint proven before such a stall is dropped (``owned``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -27,8 +34,16 @@ log = logging.getLogger("streamremat.worker")
 class CheckpointRuns:
     """The checkpoints under way, one at most per partition."""
 
-    def __init__(self) -> None:
+    #: how often the ticker looks at the loop
+    TICK_S = 0.1
+
+    def __init__(self, session_timeout_s: float) -> None:
         self._running: dict[TopicPartition, tuple[PartitionRunner, asyncio.Task[None]]] = {}
+        self._stall_s = session_timeout_s
+        self._last_tick = time.monotonic()
+        #: when the ticker last saw the loop stand still past the session timeout
+        self._stalled_at = -1.0
+        self._ticker: asyncio.Task[None] | None = None
 
     def __contains__(self, tp: object) -> bool:
         return tp in self._running
@@ -41,8 +56,27 @@ class CheckpointRuns:
         drops what the consumer fetched for it)."""
         if not runner.tasks:
             return
+        if self._ticker is None:
+            self._last_tick = time.monotonic()
+            self._ticker = asyncio.create_task(self._tick())
         consumer.pause(runner.tp)
-        self._running[runner.tp] = (runner, asyncio.create_task(_write(runner, purger)))
+        proved = time.monotonic()
+        self._running[runner.tp] = (runner, asyncio.create_task(
+            _write(runner, purger, lambda: self._owned(proved))))
+
+    def _owned(self, proved: float) -> bool:
+        """No stall past the session timeout since ``proved`` (seen by the ticker,
+        or going on now: the ticker has not run since)."""
+        now = time.monotonic()
+        return self._stalled_at < proved and now - self._last_tick <= self._stall_s
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.TICK_S)
+            now = time.monotonic()
+            if now - self._last_tick > self._stall_s:
+                self._stalled_at = now
+            self._last_tick = now
 
     async def reap(self, consumer: Any, runners: Mapping[TopicPartition, PartitionRunner],
                    wait: bool = False) -> None:
@@ -70,6 +104,9 @@ class CheckpointRuns:
         """Wait for every checkpoint still under way, whatever happened to its
         partition, before the stores close (shutdown); a failure is logged."""
         running, self._running = self._running, {}
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
         for tp, (_, task) in running.items():
             try:
                 await task
@@ -77,7 +114,8 @@ class CheckpointRuns:
                 log.error("%s[%d]: checkpoint failed at shutdown: %r", tp.topic, tp.partition, exc)
 
 
-async def _write(runner: PartitionRunner, purger: RepartitionPurger | None) -> None:
-    await runner.checkpoint()
+async def _write(runner: PartitionRunner, purger: RepartitionPurger | None,
+                 owned: Callable[[], bool]) -> None:
+    await runner.checkpoint(owned=owned)
     if purger is not None:
         await purger.purge(runner)

@@ -101,6 +101,7 @@ class Checkpointer:
     async def write(
         self, tasks: Sequence[Task], position: int, clean: bool,
         planner: Callable[[], dict[TaskId, RematPlan]] | None = None,
+        owned: Callable[[], bool] | None = None,
     ) -> dict[TaskId, RematPlan]:
         """Write one checkpoint of every task (DESIGN §5, §7, §9); return the plans.
 
@@ -121,7 +122,9 @@ class Checkpointer:
            running meanwhile, as the thread hands the GIL back every switch
            interval (``core.codec.sorted_in_runs`` keeps the one long C call of
            an encode, the key sort, short).
-        4. Append it to the local RocksDB store: one WriteBatch, synced. Only then
+        4. Append it to the local RocksDB store: one WriteBatch, synced (unless
+           ``owned`` says the ownership proven by the commit may be lost by now:
+           then it is not written, and the chain's next checkpoint is full). Only then
            does the next commit, whose replay depends on it, come (the caller awaits
            this).
         5. Replicate it to the compacted checkpoint topic in the background, in
@@ -132,14 +135,14 @@ class Checkpointer:
         self.writing = True
         try:
             plans = await asyncio.to_thread(planner) if planner is not None else {}
-            await self._write(tasks, position, clean, plans)
+            await self._write(tasks, position, clean, plans, owned)
         finally:
             self.writing = False
         return plans
 
     async def _write(
         self, tasks: Sequence[Task], position: int, clean: bool,
-        plans: dict[TaskId, RematPlan],
+        plans: dict[TaskId, RematPlan], owned: Callable[[], bool] | None = None,
     ) -> None:
         started = time.monotonic()
         meta = self.scheduler.meta(int(time.time() * 1000))
@@ -175,6 +178,12 @@ class Checkpointer:
                 payload=payload,
             )
             op = task.operator.name
+            if owned is not None and not owned():
+                chain.base_seq = None  # its dirty set is gone: the next one must be full
+                log.warning("%s: checkpoint at offset %d not written: the event loop stood "
+                            "still past the session timeout since the commit that proved "
+                            "this worker owns the partition", chain.task_id, frame.offset)
+                continue
             chain.next_seq = seq + 1
             try:
                 await self.local.append(frame)

@@ -422,7 +422,8 @@ class PartitionRunner:
     def _restored_offset(self) -> int:
         return self.report.start_offset if self.report is not None else self.position
 
-    async def checkpoint(self, clean: bool = False) -> None:
+    async def checkpoint(self, clean: bool = False, owned: Callable[[], bool] | None = None
+                         ) -> None:
         """Checkpoint every task of the partition, when its outputs are committed:
         right after a commit when live (offset == committed), or during replay
         (offset <= committed). See ``Checkpointer.write`` for the protocol."""
@@ -441,7 +442,7 @@ class PartitionRunner:
             self.feed.checkpoint_skipped()
             return  # nothing new since the last checkpoint
         self.last_plans = await self.checkpointer.write(self.tasks, self.position, clean,
-                                                        self._planner(self.tasks, clean))
+                                                        self._planner(self.tasks, clean), owned)
         self.feed.checkpoint_written(
             f"{self.tp.topic}[{self.tp.partition}]", self.position, self._restored_offset(),
             {tid.operator: plan for tid, plan in self.last_plans.items()}, self.sensor,

@@ -81,7 +81,7 @@ class Worker:
         self._shared_producer: Any = None
         self._admin: Any = None
         self._purger: RepartitionPurger | None = None
-        self._checkpoints = CheckpointRuns()
+        self._checkpoints = CheckpointRuns(settings.session_timeout_ms / 1000)
         self._local: CheckpointStore | None = None
         self._replica: CheckpointStore | None = None
         self._fatal: BaseException | None = None
