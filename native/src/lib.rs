@@ -1,11 +1,13 @@
 //! streamremat's batch fast path in native code: `Folder` folds a whole batch
 //! of a fast-path shape into a `FixedWindowState` (see `fold.rs`); `scan_json`
-//! exposes the JSON scanner to the tests that hold it to orjson.
+//! exposes the JSON scanner to the tests that hold it to orjson; `partition_indexes`
+//! is Kafka's default partitioner for a batch of keys (see `murmur.rs`).
 
 mod accs;
 mod attrs;
 mod fold;
 mod json;
+mod murmur;
 mod num;
 
 use pyo3::prelude::*;
@@ -56,5 +58,6 @@ fn scan_json<'py>(
 fn streamremat_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<fold::Folder>()?;
     m.add_function(wrap_pyfunction!(scan_json, m)?)?;
+    m.add_function(wrap_pyfunction!(murmur::partition_indexes, m)?)?;
     Ok(())
 }

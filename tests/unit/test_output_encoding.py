@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,9 +85,30 @@ JAVA_MURMUR2 = {
 }
 
 
-def test_partitions_are_the_java_clients() -> None:
+@pytest.mark.parametrize("native", [True, False], ids=["native-if-built", "aiokafka"])
+def test_partitions_are_the_java_clients(native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The partitioner the sender uses gives the Java client's partition:
-    ``toPositive(murmur2(key)) % partitions``."""
+    ``toPositive(murmur2(key)) % partitions``, natively (where built) and in Python."""
+    from streamremat.core import fastpath
+    monkeypatch.setattr(fastpath, "native_enabled", native and fastpath.native_enabled)
     for key, signed in JAVA_MURMUR2.items():
         for partitions in (1, 3, 4, 12, 100):
             assert partition_for(key, partitions) == (signed & 0x7FFFFFFF) % partitions
+
+
+def test_native_partitioner_is_aiokafkas() -> None:
+    """Where the extension is built, its batch murmur2 gives aiokafka's partition
+    for every key (random bytes of every length, so each tail case is hit)."""
+    from aiokafka.partitioner import murmur2
+
+    from streamremat.core import fastpath
+    native = fastpath.native_module
+    if native is None:
+        pytest.skip("streamremat_native is not built (no cargo): nothing to compare")
+    rng = random.Random(5)
+    keys = [rng.randbytes(rng.randrange(40)) for _ in range(5_000)] + list(JAVA_MURMUR2)
+    for partitions in (1, 3, 12, 100):
+        got = native.partition_indexes(keys, partitions)
+        assert got == [(murmur2(k) & 0x7FFFFFFF) % partitions for k in keys]
+    with pytest.raises(ValueError, match="at least one partition"):
+        native.partition_indexes(keys, 0)
