@@ -35,6 +35,20 @@ class SourceRow:
     timestamp_ms: int
 
 
+def rows_as_produced(records: Iterable[Any]) -> list[SourceRow]:
+    """``SourceRow``s of records (``ProducerRecord``s: partition, key, value,
+    timestamp_ms) produced in this order to a fresh topic: offsets count from 0
+    per partition, a record without a partition goes to partition 0."""
+    offsets: Counter[int] = Counter()
+    rows = []
+    for r in records:
+        p = r.partition or 0
+        assert r.timestamp_ms is not None, "the reference needs each record's timestamp"
+        rows.append(SourceRow(p, offsets[p], r.key, r.value, r.timestamp_ms))
+        offsets[p] += 1
+    return rows
+
+
 @dataclass(frozen=True)
 class RefOperator:
     """The reference's view of one operator (key = the record key, event time = the

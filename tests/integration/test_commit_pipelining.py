@@ -19,7 +19,7 @@ from streamremat.runtime.kafka import ProducerRecord, consume_all, end_offsets, 
 from streamremat.runtime.partition import PartitionRunner
 from streamremat.runtime.settings import CheckpointSettings, WorkerSettings
 from streamremat.runtime.worker import Worker
-from tests.expect import RefOperator, SourceRow, expected_output, results_of
+from tests.expect import RefOperator, expected_output, results_of, rows_as_produced
 from tests.integration.group_offsets import committed_total
 from tests.unit.reference import RefWindow
 
@@ -74,15 +74,8 @@ async def test_batches_fold_during_a_commit_and_every_result_is_committed_once(
     assert await asyncio.wait_for(task, 60) == 0
 
     assert during_commit["while committing"] > 0, (during_commit, worker.group_id, source)
-    offsets: collections.Counter[int] = collections.Counter()
-    rows = []
-    for r in records:
-        p = r.partition or 0
-        assert r.timestamp_ms is not None
-        rows.append(SourceRow(p, offsets[p], r.key, r.value, r.timestamp_ms))
-        offsets[p] += 1
     ref = expected_output(RefOperator(op.name, source, sink, RefWindow("tumbling", 1_000),
-                                      ("x",), _count_sum), rows)
+                                      ("x",), _count_sum), rows_as_produced(records))
     got = await consume_all(kafka_bootstrap, sink, isolation_level="read_committed")
     assert results_of((r.key, r.value) for r in got) == ref.results
     assert sum((await end_offsets(kafka_bootstrap, source)).values()) == EVENTS

@@ -31,7 +31,7 @@ from streamremat.runtime.settings import (
     WorkerSettings,
 )
 from streamremat.runtime.worker import Worker
-from tests.expect import Expected, RefOperator, SourceRow, expected_output, results_of
+from tests.expect import Expected, RefOperator, expected_output, results_of, rows_as_produced
 from tests.integration.group_offsets import committed_total
 from tests.unit.reference import RefWindow
 
@@ -61,15 +61,8 @@ def _count_sum(values: list[dict[str, Any]]) -> dict[str, int]:
 
 def _reference(op: Operator, records: list[ProducerRecord], window: RefWindow) -> Expected:
     """The reference's output for ``records`` produced in this order to a fresh topic."""
-    offsets: collections.Counter[int] = collections.Counter()
-    rows = []
-    for r in records:
-        p = r.partition or 0
-        assert r.timestamp_ms is not None
-        rows.append(SourceRow(p, offsets[p], r.key, r.value, r.timestamp_ms))
-        offsets[p] += 1
     ref_op = RefOperator(op.name, op.source, op.sink, window, ("x",), _count_sum)
-    return expected_output(ref_op, rows)
+    return expected_output(ref_op, rows_as_produced(records))
 
 
 def _expected(op: Operator, records: list[ProducerRecord]) -> collections.Counter[Any]:
