@@ -214,11 +214,11 @@ class Worker:
                                               s.on_retention_gap, self.sensor)
                 elif fetched.error is not None:
                     raise fetched.error
-                # Commit every interval, and as soon as a round comes back empty: the
-                # consumer caught up, so the outputs need not wait out the interval
-                # (at most one such commit per empty round, i.e. per fetch timeout).
+                # Commit every interval; exactly-once also when a round comes back empty
+                # (caught up): its outputs are invisible until the commit, so they need
+                # not wait out the interval. At-least-once outputs are visible at once.
                 if (time.monotonic() - self._last_commit >= s.commit_interval_s
-                        or not fetched.batches):
+                        or (not fetched.batches and s.guarantee is Guarantee.EXACTLY_ONCE)):
                     await self._commit_all()
                 if time.monotonic() - self._last_gauges >= 1.0:
                     self._report_gauges()

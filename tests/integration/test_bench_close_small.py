@@ -1,6 +1,5 @@
 """bench/close_scale.py at CI size on the real broker: it runs to its JSON line,
-both paths commit every result, and the sliced one lets the loop turn more
-often (a count, not a timing: this machine is shared)."""
+both paths commit every result, and each run reports its figures."""
 
 from __future__ import annotations
 
@@ -23,6 +22,9 @@ def test_bench_close_scale_small(kafka_bootstrap: str) -> None:
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     sliced, one_go = summary["runs"]["sliced_20000"], summary["runs"]["one_go_20000"]
     assert sliced["results_checked"] is True and one_go["results_checked"] is True
-    # 20,000 results in slices of result_slice: the ticker ran at least once per slice
-    assert sliced["ticks"] >= 20_000 // summary["result_slice"]
+    # That the loop turns between slices is tests/integration/test_large_closing.py's
+    # check (results sent per turn, a count). Here only that the bench measures: its
+    # 10 ms ticker need not wake between two fast slices (CI: 18 ticks, 20 slices).
+    for run in (sliced, one_go):
+        assert run["ticks"] >= 1 and run["longest_stall_ms"] >= 0 and run["close_s"] > 0
     assert summary["goal_stall_ms"] == 200.0 and isinstance(summary["goal_met"], bool)
