@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -24,6 +25,11 @@ from streamremat.dev.sync import run_sync
 from streamremat.runtime.kafka import TopicSpec, create_topics, delete_topics
 
 TESTS_DIR = Path(__file__).resolve().parent
+#: The session broker keeps every record unless a topic sets its own retention
+#: (``STREAMREMAT_BOOTSTRAP``: a broker of yours needs the same).
+TEST_BROKER_OVERRIDES = {"log.retention.ms": "-1"}
+#: ``time.monotonic()`` when the session broker answered (``broker_up_since``).
+_broker_up_since: list[float] = []
 _KAFKA_DIRS = {"integration": ("kafka",), "fault": ("kafka", "fault")}
 
 NewTopic = Callable[..., str]
@@ -66,7 +72,11 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     port = int(os.environ.get("STREAMREMAT_TEST_PORT") or free_port_pair())
     data_dir = tmp_path_factory.getbasetemp() / f"kafka-{port}"
-    broker = DevBroker(BrokerConfig(port=port, data_dir=data_dir, stop_with_parent=True))
+    # Tests stamp records anywhere from 1970 to now: the broker's time retention
+    # (168 h, checked every 5 s) would delete them between produce and read-back
+    # (CI read 0 of 300 records once). Retention tests set it on their topics.
+    broker = DevBroker(BrokerConfig(port=port, data_dir=data_dir, stop_with_parent=True,
+                                    overrides=TEST_BROKER_OVERRIDES))
     try:
         status = broker.start()
     except (DevBrokerError, OSError) as exc:
@@ -74,11 +84,19 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         if _in_ci():
             pytest.fail(message, pytrace=False)
         pytest.skip(message + " (set STREAMREMAT_BOOTSTRAP to use another broker)")
+    _broker_up_since.append(time.monotonic() if status.started_now else 0.0)
     try:
         yield status.bootstrap
     finally:
         if status.started_now:
             broker.stop()
+
+
+@pytest.fixture
+def broker_up_since(kafka_bootstrap: str) -> float:
+    """When the session broker started (``time.monotonic()``; 0 when it was already
+    running, or is not ours): its log cleaner first runs 30 s after its start."""
+    return _broker_up_since[0] if _broker_up_since else 0.0
 
 
 @pytest.fixture(scope="session")

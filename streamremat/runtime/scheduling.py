@@ -83,6 +83,12 @@ def decode_plan(meta: bytes) -> PlanSummary | None:
 PLAUSIBLE_DETECTIONS = 6
 
 
+#: What the prior downtime D adds to the time a crash goes unnoticed: a new owner
+#: starting and restoring. An upper bound: the process starts while the group is
+#: still detecting the crash.
+PRIOR_START_AND_RESTORE_S = 2.0
+
+
 def downtime_sample(restored_s: float, last_alive_s: float | None, restore_s: float,
                     session_timeout_s: float, commit_interval_s: float) -> tuple[float, bool]:
     """D of an unclean recovery and whether it was measured: from the previous
@@ -105,7 +111,7 @@ def tuner_config(ck: CheckpointSettings, detect_s: float = 10.0) -> TunerConfig:
         min_interval_s=ck.min_interval_s,
         max_interval_s=ck.max_interval_s,
         prior_mtbf_s=ck.prior_mtbf_s,
-        prior_downtime_s=detect_s + 2.0,
+        prior_downtime_s=detect_s + PRIOR_START_AND_RESTORE_S,
     )
 
 
