@@ -34,6 +34,7 @@ from streamremat.runtime.settings import GapPolicy
 
 if TYPE_CHECKING:
     from streamremat.runtime.partition import PartitionRunner
+    from streamremat.runtime.recovering import PartitionRecovery
 
 log = logging.getLogger("streamremat.worker")
 
@@ -101,7 +102,7 @@ def restart_gap(
 
 
 def check_restart(
-    runner: PartitionRunner,
+    runner: PartitionRecovery,
     tasks: Sequence[Task | Repartitioner],
     committed: int | None,
     log_start: int,

@@ -5,8 +5,9 @@ A ``PartitionRunner`` moves through the phases of ``runtime/lifecycle.py``
 transition and reported to the sensor. Only LIVE emits outputs and commits;
 REPLAYING rebuilds state for offsets whose outputs were committed before (DESIGN §6).
 
-The runner holds the partition's lifecycle and runs its recovery protocol
-(``recover``); the pieces live next to it: restoring the stages from their
+The runner holds the partition's lifecycle; its recovery protocol (``recover``),
+the end of its replay and its phase transitions are in ``runtime/recovering.py``.
+The other pieces live next to it: restoring the stages from their
 checkpoints (``runtime/restoring.py``), outputs and the offset commit
 (``runtime/committing.py``), the checkpoint bookkeeping that feeds the tuner and
 its gauges (``runtime/tuner_feed.py``, ``runtime/scheduling.py``), checkpoint
@@ -20,7 +21,7 @@ import asyncio
 import bisect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -31,24 +32,15 @@ from streamremat.core.repartition import Repartitioner
 from streamremat.core.task import Task
 from streamremat.core.topology import Stage
 from streamremat.metrics.sensor import Sensor
-from streamremat.runtime.checkpointing import EPOCH_BITS, Checkpointer, owner_epoch
-from streamremat.runtime.commit_meta import (
-    CommitMeta,
-    decode_commit_metadata,
-    encode_commit_metadata,
-)
+from streamremat.runtime.checkpointing import Checkpointer
+from streamremat.runtime.commit_meta import CommitMeta, encode_commit_metadata
 from streamremat.runtime.committing import PartitionCommitter
 from streamremat.runtime.emitting import Emitter, Outgoing
-from streamremat.runtime.gaps import check_restart
-from streamremat.runtime.lifecycle import Phase, check_transition
-from streamremat.runtime.recovery_report import (
-    RecoveryReport,
-    report_recovered,
-    report_replay_progress,
-)
+from streamremat.runtime.lifecycle import Phase
+from streamremat.runtime.recovering import PartitionRecovery
+from streamremat.runtime.recovery_report import RecoveryReport
 from streamremat.runtime.remat_plans import RetentionBound, needed_for_s, plan_checkpoint
-from streamremat.runtime.restoring import restore_stages
-from streamremat.runtime.scheduling import CheckpointScheduler, downtime_sample
+from streamremat.runtime.scheduling import CheckpointScheduler
 from streamremat.runtime.settings import Guarantee, WorkerSettings
 from streamremat.runtime.tuner_feed import TunerFeed
 from streamremat.state.base import CheckpointStore
@@ -57,11 +49,8 @@ from streamremat.tuning.remat import RematPlan
 
 log = logging.getLogger("streamremat.worker")
 
-#: Reads a partition's committed offset (None: never committed) and its metadata.
-FetchCommitted = Callable[[TopicPartition], Awaitable[tuple[int | None, str]]]
 
-
-class PartitionRunner:
+class PartitionRunner(PartitionRecovery):
     """The stages of one source partition (windowed tasks; stateless repartition
     stages, live from the committed offset) and everything needed to commit them."""
 
@@ -126,124 +115,6 @@ class PartitionRunner:
         """The windowed tasks (what a checkpoint holds)."""
         return [t for t in self.partition_tasks.tasks if isinstance(t, Task)]
 
-    @property
-    def position(self) -> int:
-        """The next offset to process: what a commit now would store."""
-        return self.partition_tasks.position
-
-    @property
-    def replay_until(self) -> int:
-        return self.partition_tasks.replay_until
-
-    # -- recovery ---------------------------------------------------------------
-
-    async def recover(self, consumer: Any, fetch_committed: FetchCommitted) -> RecoveryReport:
-        """Restore this partition's tasks and position the consumer (DESIGN §6).
-
-        1. Read the group's committed offset ``k`` and its metadata (this runs after
-           the producer was initialised, so a zombie's transaction can't commit any
-           more).
-        2. For every task, load the newest valid checkpoint from the local store
-           and the replica, whichever is further along (``restore_stages``); a task
-           without one starts empty at the partition's log start offset. This owner's seq epoch is
-           above the committed one and every seq seen (``owner_epoch``); it is
-           committed before the first checkpoint is written.
-        3. ``c`` = where the replay starts: the smallest task offset, or the earliest
-           first offset ``o_min`` of the groups a checkpoint wrote as recompute
-           (``core.recovery.replay_start``). A ``c`` below the log start offset, or
-           a ``k`` below it while a task has no usable checkpoint, is a retention gap
-           (``gaps.check_restart``): ``fail`` raises, ``reset`` skips the lost records.
-           A checkpoint beyond ``k`` (its outputs never committed) is discarded; a
-           checkpoint without any ``k`` (the group's offsets expired) is said so.
-        4. Seek to ``c``; records in ``[c, k)`` are replayed without output (those
-           below a task's checkpoint offset feed only its recompute groups, see
-           ``core.recovery.PartitionTasks``), and from ``k`` on the partition is
-           live. A checkpoint follows soon after.
-        5. Seed the plans' retention bound from the broker's time index
-           (``RetentionBound.seed_from``): without it, every window open across
-           the restart would be stored until it closes.
-        """
-        started = time.monotonic()
-        tp = self.tp
-        log_start = (await consumer.beginning_offsets([tp]))[tp]
-        committed, metadata = await fetch_committed(tp)
-        commit_meta = decode_commit_metadata(metadata)
-        self._committed_stream_times = commit_meta.stream_times
-        restored = await restore_stages(tp, self.stages, committed, log_start, self.local,
-                                        self.replica, self.sensor)
-        tasks, checkpoint_offsets, unclean = (restored.tasks, restored.checkpoint_offsets,
-                                              restored.unclean)
-        alive_ms = [commit_meta.at_ms] if commit_meta.at_ms is not None else []
-        alive_ms.extend(restored.alive_ms)
-        self.owner_epoch = owner_epoch(restored.visible_next_seq, commit_meta.owner_epoch)
-        for task_id in restored.task_ids:
-            self.checkpointer.add_task(task_id, self.owner_epoch << EPOCH_BITS)
-        self.previous_alive_s = max(alive_ms) / 1000 if alive_ms else None
-        check_restart(self, tasks, committed, log_start, min(checkpoint_offsets, default=None))
-        self.partition_tasks = PartitionTasks(tasks, committed, commit_meta.stream_times)
-        if self.partition_tasks.start < log_start:
-            # Only after a ``reset`` gap policy: recompute groups lost records too.
-            self.partition_tasks.skip_to(log_start)
-        start, k = self.partition_tasks.start, self.replay_until
-        self.committed = committed
-        consumer.seek(tp, start)
-        self.report = RecoveryReport(
-            checkpoint_offset=min(checkpoint_offsets) if checkpoint_offsets else None,
-            committed_offset=k,
-            start_offset=start,
-            source="+".join(sorted(restored.sources)) or None,
-            unclean=unclean,
-            restore_s=time.monotonic() - started,
-            notes=tuple(restored.notes),
-        )
-        for name in self.names:
-            self.sensor.on_task_assigned(name, tp.partition)
-            self.sensor.on_restore(name, tp.partition, self.report.restore_s,
-                                   self.report.source or "none")
-            if unclean:
-                self.sensor.on_failure_detected(name, tp.partition)
-        await self._retention.seed_from(consumer, tp, time.time())
-        self.scheduler.restore(restored.meta, unclean, time.time(), self.retention_s)
-        self._restored_wall = time.time()
-        self._replay_started = self._replay_logged = time.monotonic()
-        if start >= k:
-            self._go_live()
-        else:
-            self.to(Phase.REPLAYING)
-            log.info(
-                "%s[%d]: replaying offsets [%d, %d) (%d records) from checkpoint (%s)",
-                tp.topic, tp.partition, start, k, k - start, self.report.source or "none",
-            )
-        return self.report
-
-    def _go_live(self) -> None:
-        report = self.report
-        assert report is not None
-        report.replayed = self.replay_until - report.start_offset
-        report.replay_s = time.monotonic() - self._replay_started
-        self.to(Phase.LIVE)
-        self.feed.checkpoint_soon = True
-        downtime_s = self._downtime_s(report)
-        self.scheduler.recovered(downtime_s, report.replayed, report.replay_s)
-        report_recovered(self.sensor, self.names, self.tp, report, self.committed is not None,
-                         downtime_s)
-
-    def _downtime_s(self, report: RecoveryReport) -> float:
-        """D: from the failure until the state was restored (see ``downtime_sample``)."""
-        if not report.unclean:
-            return report.restore_s
-        downtime_s, plausible = downtime_sample(
-            self._restored_wall, self.previous_alive_s, report.restore_s,
-            self.settings.session_timeout_ms / 1000, self.settings.commit_interval_s,
-        )
-        if not plausible:
-            log.info("%s[%d]: the previous owner's last sign of life is %s; downtime taken as "
-                     "the session timeout plus restore, %.1f s", self.tp.topic,
-                     self.tp.partition, "unknown" if self.previous_alive_s is None else
-                     f"{self._restored_wall - self.previous_alive_s:.0f} s old (implausible)",
-                     downtime_s)
-        return downtime_s
-
     # -- processing -------------------------------------------------------------
 
     def process(self, records: Sequence[SourceRecord]) -> None:
@@ -267,36 +138,6 @@ class PartitionRunner:
         tail of ``process`` (the faust bridge's differs). The results of a large
         closing are built and sent a slice at a time (``runtime/emitting.py``)."""
         self.emitter.emit(outputs)
-
-    @property
-    def operator_names(self) -> list[str]:
-        return list(self.names)
-
-    def skip_to(self, offset: int) -> None:
-        """Go on at ``offset``: the source no longer has the offsets below it
-        (``--on-retention-gap=reset``, after ``gaps.apply_gap_policy``)."""
-        self.partition_tasks.skip_to(offset)
-        if self.phase is Phase.REPLAYING and not self.partition_tasks.replaying:
-            self._go_live()
-
-    def reached_replay_end(self, position: int) -> None:
-        """The consumer is at ``position`` without new records (e.g. only
-        transaction markers were left below the committed offset)."""
-        if self.phase is Phase.REPLAYING:
-            self.partition_tasks.reached(position)
-            if not self.partition_tasks.replaying:
-                self._go_live()
-
-    def _replay_progress(self) -> None:
-        now = time.monotonic()
-        if now - self._replay_logged < self.settings.replay_log_interval_s:
-            return
-        self._replay_logged = now
-        assert self.report is not None
-        report_replay_progress(self.sensor, self.names, self.tp,
-                               self.position - self.report.start_offset,
-                               self.replay_until - self.report.start_offset,
-                               now - self._replay_started)
 
     # -- commit -----------------------------------------------------------------
 
@@ -463,17 +304,6 @@ class PartitionRunner:
     async def drain_replica(self, timeout_s: float) -> None:
         """Wait for background replica writes (on revocation and shutdown)."""
         await self.checkpointer.drain(timeout_s)
-
-    def to(self, phase: Phase) -> None:
-        """Move to ``phase``; PhaseError if the lifecycle has no such transition."""
-        check_transition(f"{self.tp.topic}[{self.tp.partition}]", self.phase, phase)
-        self.phase = phase
-        self._report_phase()
-
-    def _report_phase(self) -> None:
-        if self.phase is not Phase.CLOSED:
-            for name in self.names:
-                self.sensor.on_partition_state(name, self.tp.partition, self.phase.value)
 
     async def close(self, phase: Phase = Phase.CLOSED) -> None:
         """End this runner in ``phase`` (CLOSED, BACKOFF or FENCED) and stop its
