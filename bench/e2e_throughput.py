@@ -24,7 +24,7 @@ The broker: ``--bootstrap``, else ``$STREAMREMAT_BOOTSTRAP``, else a dev broker
 started on free ports under ``--work-dir`` and stopped at the end. Usage::
 
     python bench/e2e_throughput.py [--events N] [--keys K] [--small] [--profile FILE]
-                                   [--path fast|pure]
+                                   [--path fast|pure] [--output native|python]
 
 The live/raw goal is 0.8 at up to 1,000 keys and 0.5 beyond (issue 15: 100,000 keys).
 
@@ -58,6 +58,7 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from streamremat import App, Count, KafkaSettings, Operator, Sum, Tumbling
 from streamremat.core import fastpath
+from streamremat.runtime import outputs
 from streamremat.runtime.kafka import (
     TopicSpec,
     consume_all,
@@ -312,6 +313,9 @@ async def run(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
         "live_over_raw": round(live_eps / raw_eps, 3),
         "replay_over_live": round(replay_eps / live_eps, 3) if live_eps else None,
         "path": args.path,
+        "native": fastpath.native_module is not None and fastpath.native_enabled,
+        "output": (args.output if fastpath.native_module is not None and fastpath.native_enabled
+                   else "python"),
         "goals": {"live_over_raw": goal_live, "replay_over_live": GOAL_REPLAY_OVER_LIVE},
         "goals_met": {
             "live_over_raw": live_eps / raw_eps >= goal_live,
@@ -376,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the workers' GC: tuned (runtime/gc_tuning.py) or CPython's default")
     parser.add_argument("--path", choices=("fast", "pure"), default="fast",
                         help="the engine's batch fast path (core/fastpath.py) or its general path")
+    parser.add_argument("--output", choices=("native", "python"), default="native",
+                        help="the worker's results encoded and batched natively (where the "
+                             "extension is built) or in Python (runtime/outputs.py)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per worker phase, s")
     parser.add_argument("-v", "--verbose", action="store_true", help="worker logs to stderr")
     args = parser.parse_args(argv)
@@ -394,10 +401,12 @@ def main(argv: list[str] | None = None) -> int:
     work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="streamremat-e2e-"))
     work_dir.mkdir(parents=True, exist_ok=True)
     fastpath.enabled = args.path == "fast"
+    outputs.native_results = args.output == "native"
     try:
         summary = asyncio.run(run(args, work_dir))
     finally:
         fastpath.enabled = True
+        outputs.native_results = True
         if own_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
     for key in ("raw", "live", "replay"):

@@ -9,6 +9,7 @@ mod fold;
 mod json;
 mod murmur;
 mod num;
+mod output;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -59,5 +60,6 @@ fn streamremat_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<fold::Folder>()?;
     m.add_function(wrap_pyfunction!(scan_json, m)?)?;
     m.add_function(wrap_pyfunction!(murmur::partition_indexes, m)?)?;
+    output::register(m)?;
     Ok(())
 }

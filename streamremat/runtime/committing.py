@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import TopicPartition
 
-from streamremat.runtime.outputs import BatchSender, OutRecord
+from streamremat.runtime.outputs import BatchSender, Sendable
 from streamremat.runtime.settings import Guarantee
 
 log = logging.getLogger("streamremat.worker")
@@ -27,7 +28,7 @@ class PartitionCommitter:
         self.sender = BatchSender(producer)
         self.group_id = group_id
         self.guarantee = guarantee
-        self.pending: list[OutRecord] = []
+        self.pending: list[Sendable] = []
         self._futures: list[asyncio.Future[Any]] = []
         self.in_txn = False
 
@@ -41,7 +42,7 @@ class PartitionCommitter:
         pending, self.pending = self.pending, []
         await self.send(pending)
 
-    async def send(self, records: list[OutRecord]) -> None:
+    async def send(self, records: Sequence[Sendable]) -> None:
         """Hand ``records`` to the producer (inside the open transaction)."""
         if not records:
             return

@@ -22,6 +22,7 @@ import asyncio
 import collections
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from streamremat.core.closing import RESULT_SLICE, ClosedWindows
 from streamremat.core.operator import Operator
@@ -30,12 +31,12 @@ from streamremat.core.repartition import Repartitioner
 from streamremat.core.task import Task
 from streamremat.metrics.sensor import Sensor
 from streamremat.runtime.committing import PartitionCommitter
-from streamremat.runtime.outputs import OutRecord, to_records
+from streamremat.runtime.outputs import Sendable, to_records, to_sendables
 from streamremat.runtime.recovery_report import count_outputs
 
 #: What waits behind a large closing: records ready to send, or a task's output
 #: whose results are still to be built.
-_Queued = list[OutRecord] | tuple[Operator, BatchOutput]
+_Queued = list[Sendable] | tuple[Operator, BatchOutput]
 
 
 def is_large(out: BatchOutput) -> bool:
@@ -49,7 +50,7 @@ class Outgoing:
     """What one transaction sends: the records ready (``records``), then what
     waited behind a large closing (``queued``), in the order they were emitted."""
 
-    records: list[OutRecord] = field(default_factory=list)
+    records: list[Sendable] = field(default_factory=list)
     queued: collections.deque[_Queued] = field(default_factory=collections.deque)
 
 
@@ -71,17 +72,19 @@ class Emitter:
         them. A large closing, and what follows it (to keep the order), waits in
         a queue: ``send`` builds its results a slice at a time."""
         partition = self.partition
+        records: list[Sendable]
         for task, out in outputs:
             if not (out.results or out.dead_letters or out.late or out.forwards or out.failed):
                 continue
             if isinstance(task, Repartitioner):
-                records = to_records(task.operator, partition, out, task.target)
+                records = cast(list[Sendable], to_records(task.operator, partition, out,
+                                                          task.target))
                 count_outputs(self.sensor, task.name, partition, out)
             elif self._queue or is_large(out):
                 self._queue.append((task.operator, out))
                 continue
             else:
-                records = to_records(task.operator, partition, out)
+                records = to_sendables(task.operator, partition, out)
                 count_outputs(self.sensor, task.operator.name, partition, out)
             if self._queue:
                 self._queue.append(records)
@@ -115,16 +118,16 @@ class Emitter:
         while (piece := closed.next_slice()) is not None:
             if piece:
                 part = BatchOutput(results=piece)  # its serialization failures: part.failed
-                records = to_records(op, partition, part)
+                records = to_sendables(op, partition, part)
                 count_outputs(self.sensor, name, partition, part)
                 await self.committer.send(records)
             await asyncio.sleep(0)
         # Last: the windows whose ``result`` raised joined ``out.failed`` as their
         # slice was built.
         rest = BatchOutput(dead_letters=out.dead_letters, late=out.late, failed=out.failed)
-        records = to_records(op, partition, rest)
+        last = to_records(op, partition, rest)
         count_outputs(self.sensor, name, partition, rest)
-        await self.committer.send(records)
+        await self.committer.send(last)
 
     def clear(self) -> None:
         """Drop what is queued (the transaction is aborted)."""

@@ -1,21 +1,37 @@
 """Turning a batch's results, dead letters and late records into Kafka records,
-and sending them in per-partition batches (one await per batch, not per record)."""
+and sending them in per-partition batches (one await per batch, not per record).
+
+Where the native extension is built, the worker's results with the default
+output (``to_sendables``) skip the per-record objects: a slice
+of results is encoded in one call (``streamremat_native.encode_results``: keys,
+values byte-identical to orjson's, murmur2 of each key) into a ``ResultRun``,
+and ``BatchSender`` lays that out as whole Kafka record batches per partition
+(``EncodedResults.batches``), handed to aiokafka's accumulator as it takes its
+own ``BatchBuilder`` (``producer.send_batch``). A slice it can't encode exactly
+(an int past 64 bits, a custom output) goes the Python way, which also finds
+the results that fail.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from itertools import groupby
 from operator import attrgetter
 from typing import Any, NamedTuple, cast
 
+import orjson
 from aiokafka.partitioner import DefaultPartitioner
 
 from streamremat.core import fastpath
 from streamremat.core.operator import Operator
-from streamremat.core.output import serialize_results
+from streamremat.core.output import default_json_option, serialize_results
 from streamremat.core.records import BatchOutput, FailedResult, SourceRecord, WindowResult
 
 _partitioner = DefaultPartitioner()
+#: False: results go the Python way even where the extension is built (the
+#: benchmarks' A/B of the output path alone; ``STREAMREMAT_NATIVE=0`` turns off all)
+native_results = True
 #: keys per topic whose partition ``BatchSender`` remembers (then it starts over)
 _KEY_CACHE = 100_000
 
@@ -36,6 +52,17 @@ class OutRecord(NamedTuple):
     timestamp_ms: int | None
     headers: list[tuple[str, bytes]]
 
+
+class ResultRun(NamedTuple):
+    """Results for ``topic`` encoded natively (``streamremat_native.EncodedResults``):
+    no Python object per result; ``BatchSender`` sends them as whole record batches."""
+
+    topic: str
+    encoded: Any
+
+
+#: What ``BatchSender`` sends: records, and runs of natively encoded results.
+Sendable = OutRecord | ResultRun
 
 _topic = attrgetter("topic")
 _key = attrgetter("key")
@@ -63,6 +90,29 @@ def partition_indexes(keys: list[bytes], partitions: int) -> list[int]:
         return cast(list[int], native.partition_indexes(keys, partitions))
     parts = list(range(partitions))
     return [int(_partitioner(key, parts, parts)) for key in keys]
+
+
+#: Whether this orjson writes floats as the native encoder does (orjson 3.13's
+#: layout; older ones wrote ``1e16`` where it writes ``1e+16``): else no native
+#: encoding at all, so the sink's bytes never depend on the extension.
+_FLOATS_AS_NATIVE = orjson.dumps([1e16, 1e-7, 1e-5, 1e15, 5e-324, -0.0, 0.1]) == (
+    b"[1e+16,1e-7,0.00001,1000000000000000.0,5e-324,-0.0,0.1]")
+
+
+def encode_natively(op: Operator, results: Sequence[WindowResult]) -> ResultRun | None:
+    """``results`` for ``op``'s sink in one native call, or None where the Python
+    path must encode them (no extension, a custom output or serde, a value it
+    does not write exactly as orjson)."""
+    native = fastpath.native_module
+    if (native is None or not fastpath.native_enabled or not native_results
+            or not _FLOATS_AS_NATIVE or not hasattr(native, "encode_results")):
+        return None
+    option = default_json_option(op)
+    if option is None:
+        return None
+    rows = results if type(results) is list else list(results)
+    encoded = native.encode_results(rows, option == orjson.OPT_SORT_KEYS)
+    return None if encoded is None else ResultRun(op.sink, encoded)
 
 
 def to_records(
@@ -122,6 +172,18 @@ def to_records(
     return records
 
 
+def to_sendables(op: Operator, source_partition: int, out: BatchOutput) -> list[Sendable]:
+    """``to_records`` of a task's output for ``BatchSender`` alone: its results as
+    one natively encoded ``ResultRun`` where they can be (``encode_natively``),
+    then the rest as records. A caller that reads or changes the records (the
+    faust bridge adds headers) takes ``to_records``."""
+    run = encode_natively(op, out.results) if out.results else None
+    if run is None:
+        return cast(list[Sendable], to_records(op, source_partition, out))
+    rest = BatchOutput(dead_letters=out.dead_letters, late=out.late, failed=out.failed)
+    return [run, *to_records(op, source_partition, rest)]
+
+
 def _failed_window(op: Operator, source_partition: int, f: FailedResult) -> OutRecord:
     """A window that failed into the dead letters: its key, the result's ``repr``
     as the value (when there is a result), where and why in the headers."""
@@ -136,6 +198,11 @@ def _failed_window(op: Operator, source_partition: int, f: FailedResult) -> OutR
     return OutRecord(op.dead_letter_topic, f.key, value, f.end_ms, headers)
 
 
+#: What goes to one (topic, partition), in order: runs of records, and record
+#: batches built natively (``streamremat_native.RecordBatch``).
+_Pieces = list[list[OutRecord] | Any]
+
+
 class BatchSender:
     """Sends records through one producer in per-(topic, partition) batches."""
 
@@ -145,6 +212,7 @@ class BatchSender:
         #: per topic, key -> partition: murmur2 is pure Python (~15 us a key), and a
         #: repartition stage sends every record while keys repeat
         self._by_key: dict[str, dict[bytes, int]] = {}
+        self._native_spec: tuple[int, bool] | bool | None = False  # False: not probed yet
 
     async def _partitions_of(self, topic: str) -> list[int]:
         parts = self._partitions.get(topic)
@@ -159,50 +227,99 @@ class BatchSender:
             cache = self._by_key[topic] = {}
         return cache
 
-    async def send(self, records: list[OutRecord]) -> list[asyncio.Future[Any]]:
+    def native_batches(self) -> tuple[int, bool] | None:
+        """(batch size, transactional) of the batches aiokafka's producer builds,
+        for native record batches in their place; None where they can't stand
+        in for them: compression, serializers, or not aiokafka's accumulator."""
+        if self._native_spec is False:
+            producer = self.producer
+            acc = getattr(producer, "_message_accumulator", None)
+            spec = None
+            if (acc is not None and getattr(acc, "_compression_type", None) == 0
+                    and getattr(producer, "_key_serializer", 0) is None
+                    and getattr(producer, "_value_serializer", 0) is None
+                    and type(getattr(acc, "_batch_size", None)) is int):
+                txn = getattr(acc, "_txn_manager", None)
+                spec = (acc._batch_size,
+                        txn is not None and txn.transactional_id is not None)
+            self._native_spec = spec
+        return cast(tuple[int, bool] | None, self._native_spec)
+
+    async def send(self, records: Sequence[Sendable]) -> list[asyncio.Future[Any]]:
         """Queue every record; return the delivery futures (await them to be sure).
 
         Records come in runs of one topic (a task's results, then its dead letters):
         each run is split by partition with the key cache looked up in C (``map``),
-        so a record costs a dict lookup and an append until its batch is built."""
-        grouped: dict[tuple[str, int], list[OutRecord]] = {}
+        so a record costs a dict lookup and an append until its batch is built. A
+        ``ResultRun`` is split natively, into whole record batches."""
+        grouped: dict[tuple[str, int], _Pieces] = {}
         for topic, run in groupby(records, _topic):
-            recs = list(run)
             parts = self._partitions.get(topic) or await self._partitions_of(topic)
-            cache = self._key_cache(topic)
-            found: list[int | None] = list(map(cache.get, map(_key, recs)))
-            missing = [i for i, partition in enumerate(found) if partition is None]
-            if missing:
-                keyed = [i for i in missing if recs[i].key is not None]
-                # Same partitioner as the Java client (murmur2), so keys land where
-                # Kafka Streams or any other producer would put them; keys new to
-                # the cache in one batch call (a large closing brings many).
-                new_keys = [cast(bytes, recs[i].key) for i in keyed]
-                indexes = partition_indexes(new_keys, len(parts))
-                for i, key, index in zip(keyed, new_keys, indexes, strict=True):
-                    found[i] = cache[key] = parts[index]
-                for i in missing:
-                    if recs[i].key is None:
-                        found[i] = parts[0]
-            buckets: list[list[OutRecord]] = [[] for _ in range(max(parts) + 1)]
-            adds = [bucket.append for bucket in buckets]
-            for rec, partition in zip(recs, cast(list[int], found), strict=True):
-                adds[partition](rec)
-            for partition, bucket in enumerate(buckets):
-                if bucket:
-                    grouped.setdefault((topic, partition), []).extend(bucket)
+            # ResultRun has 2 fields, OutRecord 5: ``len`` tells them apart in C.
+            for width, items in groupby(run, len):
+                if width == 2:
+                    for item in items:
+                        self._split_encoded(topic, parts, cast(ResultRun, item).encoded, grouped)
+                else:
+                    self._split(topic, parts, cast(list[OutRecord], list(items)), grouped)
         futures = []
         producer = self.producer
-        for (topic, partition), recs in grouped.items():
-            batch = producer.create_batch()
-            append = batch.append
-            for rec in recs:
-                if append(key=rec.key, value=rec.value, timestamp=rec.timestamp_ms,
-                          headers=rec.headers) is None:
-                    futures.append(await producer.send_batch(batch, topic, partition=partition))
-                    batch = producer.create_batch()
-                    append = batch.append
-                    append(key=rec.key, value=rec.value, timestamp=rec.timestamp_ms,
-                           headers=rec.headers)
-            futures.append(await producer.send_batch(batch, topic, partition=partition))
+        for (topic, partition), pieces in grouped.items():
+            for piece in pieces:
+                if type(piece) is not list:  # a native record batch: as it is
+                    futures.append(await producer.send_batch(piece, topic, partition=partition))
+                    continue
+                batch = producer.create_batch()
+                append = batch.append
+                for rec in piece:
+                    if append(key=rec.key, value=rec.value, timestamp=rec.timestamp_ms,
+                              headers=rec.headers) is None:
+                        futures.append(await producer.send_batch(batch, topic, partition=partition))
+                        batch = producer.create_batch()
+                        append = batch.append
+                        append(key=rec.key, value=rec.value, timestamp=rec.timestamp_ms,
+                               headers=rec.headers)
+                futures.append(await producer.send_batch(batch, topic, partition=partition))
         return futures
+
+    def _split_encoded(self, topic: str, parts: list[int], encoded: Any,
+                       grouped: dict[tuple[str, int], _Pieces]) -> None:
+        spec = self.native_batches()
+        if spec is None:  # aiokafka builds the batches: records, as the Python path
+            keys, values, times = encoded.columns()
+            self._split(topic, parts, [OutRecord(topic, k, v, t, [])
+                                       for k, v, t in zip(keys, values, times, strict=True)],
+                        grouped)
+            return
+        batch_size, transactional = spec
+        for index, batch in encoded.batches(len(parts), batch_size, transactional):
+            grouped.setdefault((topic, parts[index]), []).append(batch)
+
+    def _split(self, topic: str, parts: list[int], recs: list[OutRecord],
+               grouped: dict[tuple[str, int], _Pieces]) -> None:
+        cache = self._key_cache(topic)
+        found: list[int | None] = list(map(cache.get, map(_key, recs)))
+        missing = [i for i, partition in enumerate(found) if partition is None]
+        if missing:
+            keyed = [i for i in missing if recs[i].key is not None]
+            # Same partitioner as the Java client (murmur2), so keys land where
+            # Kafka Streams or any other producer would put them; keys new to
+            # the cache in one batch call (a large closing brings many).
+            new_keys = [cast(bytes, recs[i].key) for i in keyed]
+            indexes = partition_indexes(new_keys, len(parts))
+            for i, key, index in zip(keyed, new_keys, indexes, strict=True):
+                found[i] = cache[key] = parts[index]
+            for i in missing:
+                if recs[i].key is None:
+                    found[i] = parts[0]
+        buckets: list[list[OutRecord]] = [[] for _ in range(max(parts) + 1)]
+        adds = [bucket.append for bucket in buckets]
+        for rec, partition in zip(recs, cast(list[int], found), strict=True):
+            adds[partition](rec)
+        for partition, bucket in enumerate(buckets):
+            if bucket:
+                pieces = grouped.setdefault((topic, partition), [])
+                if pieces and type(pieces[-1]) is list:
+                    pieces[-1].extend(bucket)
+                else:
+                    pieces.append(bucket)
