@@ -175,13 +175,14 @@ async def test_internal_error_commits_nothing_of_the_failed_batch(
     await _wait_committed(worker, task, kafka_bootstrap, source)
     await asyncio.sleep(1.0)  # a checkpoint or two at the committed offset
 
-    real_to_records = emitting_module.to_records
+    # the emitter's serialization of a task's output (natively or not)
+    real_to_records = emitting_module.to_sendables
 
     def broken(*args: Any) -> Any:
         real_to_records(*args)  # state, position and serialization all went through
         raise RuntimeError("injected internal error")
 
-    monkeypatch.setattr(emitting_module, "to_records", broken)
+    monkeypatch.setattr(emitting_module, "to_sendables", broken)
     await produce(kafka_bootstrap, source, second)
     with caplog.at_level(logging.ERROR, logger="streamremat.worker"):
         assert await asyncio.wait_for(task, 60) == 3
@@ -189,7 +190,7 @@ async def test_internal_error_commits_nothing_of_the_failed_batch(
     assert internal and internal[0].exc_info is not None
     assert await committed_total(kafka_bootstrap, worker.group_id, source, PARTITIONS) == len(first)
 
-    monkeypatch.setattr(emitting_module, "to_records", real_to_records)
+    monkeypatch.setattr(emitting_module, "to_sendables", real_to_records)
     restarted = _worker(source, kafka_bootstrap, tmp_path, operators)
     task = asyncio.create_task(restarted.run(handle_signals=False))
     try:
