@@ -267,6 +267,155 @@ pub fn encode_results(results: &Bound<'_, PyList>, sort: bool) -> PyResult<Optio
     Ok(encode(results, sort)?.ok())
 }
 
+/// Kinds of the built-in aggregations whose result `encode_accumulators` writes.
+const K_COUNT: u8 = 0;
+const K_SUM: u8 = 1;
+const K_MINMAX: u8 = 2;
+const K_MEAN: u8 = 3;
+
+fn kind_code(name: &str) -> PyResult<u8> {
+    Ok(match name {
+        "count" => K_COUNT,
+        "sum" => K_SUM,
+        "min" | "max" => K_MINMAX,
+        "mean" => K_MEAN,
+        _ => return Err(PyValueError::new_err(format!("no native result for {name:?}"))),
+    })
+}
+
+/// An exact int of at most 53 bits, or a float: what f64 divides as Python does.
+fn exact_f64(obj: &Bound<'_, PyAny>) -> R<f64> {
+    if obj.is_exact_instance_of::<PyFloat>() {
+        return Ok(obj.cast::<PyFloat>().map_err(|_| Bail)?.value());
+    }
+    if obj.is_exact_instance_of::<PyInt>() {
+        let i = obj.extract::<i64>().map_err(|_| Bail)?;
+        if i.unsigned_abs() <= 1 << 53 {
+            return Ok(i as f64);
+        }
+    }
+    Err(Bail)
+}
+
+/// The result of one aggregation's accumulator, as `Aggregator.result` gives it
+/// and orjson writes it: Count, Sum, Min and Max are their accumulator; Mean is
+/// `[sum, count]`, `sum / count` or None for no items.
+fn write_result(out: &mut Vec<u8>, kind: u8, acc: &Bound<'_, PyAny>) -> R<()> {
+    match kind {
+        K_COUNT | K_SUM => {
+            if !acc.is_exact_instance_of::<PyInt>() && !acc.is_exact_instance_of::<PyFloat>() {
+                return Err(Bail);
+            }
+            write_scalar(out, acc)
+        }
+        K_MINMAX => write_scalar(out, acc),
+        _ => {
+            let pair = acc.cast_exact::<PyList>().map_err(|_| Bail)?;
+            if pair.len() != 2 {
+                return Err(Bail);
+            }
+            let count = pair.get_item(1).map_err(|_| Bail)?;
+            if !count.is_exact_instance_of::<PyInt>() {
+                return Err(Bail);
+            }
+            if count.extract::<i64>().map_err(|_| Bail)? == 0 {
+                out.extend_from_slice(b"null");
+                return Ok(());
+            }
+            // exact operands: IEEE division rounds as Python's true division does
+            let q = exact_f64(&pair.get_item(0).map_err(|_| Bail)?)? / exact_f64(&count)?;
+            if q.is_finite() {
+                write_float(out, q);
+            } else {
+                out.extend_from_slice(b"null");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The sink records of one closed window's accumulators (tumbling/hopping: one
+/// start and end) without building their results: `kinds` per aggregation in
+/// accumulator order ("count", "sum", "min", "max", "mean"); `names` None for a
+/// lone aggregation (its accumulator is the value), else the dict's names in the
+/// order they are written, `order[i]` the accumulator index of `names[i]`.
+/// None when one accumulator needs the Python path.
+#[pyfunction]
+#[pyo3(signature = (keys, accs, start, end, kinds, names, order))]
+pub fn encode_accumulators(
+    keys: &Bound<'_, PyList>, accs: &Bound<'_, PyList>, start: i64, end: i64,
+    kinds: Vec<String>, names: Option<Vec<String>>, order: Vec<usize>,
+) -> PyResult<Option<EncodedResults>> {
+    let codes = kinds.iter().map(|k| kind_code(k)).collect::<PyResult<Vec<u8>>>()?;
+    if let Some(names) = &names {
+        if names.len() != order.len() || order.iter().any(|&i| i >= codes.len()) {
+            return Err(PyValueError::new_err("names and order must match the kinds"));
+        }
+    } else if codes.len() != 1 {
+        return Err(PyValueError::new_err("a lone aggregation has one kind"));
+    }
+    let n = keys.len();
+    if accs.len() != n {
+        return Err(PyValueError::new_err("one accumulator per key"));
+    }
+    // the names' JSON and the head shared by every value
+    let mut head = Vec::new();
+    head.extend_from_slice(b"{\"end_ms\":");
+    head.extend_from_slice(end.to_string().as_bytes());
+    head.extend_from_slice(b",\"start_ms\":");
+    head.extend_from_slice(start.to_string().as_bytes());
+    head.extend_from_slice(b",\"value\":");
+    let quoted: Vec<Vec<u8>> = names.iter().flatten().map(|name| {
+        let mut q = Vec::new();
+        write_str(&mut q, name);
+        q.push(b':');
+        q
+    }).collect();
+    let mut enc = EncodedResults {
+        keys: Vec::with_capacity(n * 16),
+        key_ends: Vec::with_capacity(n),
+        values: Vec::with_capacity(n * (head.len() + 24)),
+        value_ends: Vec::with_capacity(n),
+        timestamps: vec![end; n],
+        hashes: Vec::with_capacity(n),
+    };
+    for (key, acc) in keys.iter().zip(accs.iter()) {
+        let Ok(key) = key.cast_exact::<PyBytes>() else { return Ok(None) };
+        let key = key.as_bytes();
+        enc.keys.extend_from_slice(key);
+        enc.key_ends.push(enc.keys.len());
+        enc.hashes.push(murmur2(key) as u32 & 0x7fff_ffff);
+        let v = &mut enc.values;
+        v.extend_from_slice(&head);
+        let written = if names.is_none() {
+            write_result(v, codes[0], &acc)
+        } else {
+            (|| {
+                let parts = acc.cast_exact::<PyList>().map_err(|_| Bail)?;
+                if parts.len() != codes.len() {
+                    return Err(Bail);
+                }
+                v.push(b'{');
+                for (i, &at) in order.iter().enumerate() {
+                    if i > 0 {
+                        v.push(b',');
+                    }
+                    v.extend_from_slice(&quoted[i]);
+                    write_result(v, codes[at], &parts.get_item(at).map_err(|_| Bail)?)?;
+                }
+                v.push(b'}');
+                Ok(())
+            })()
+        };
+        if written.is_err() {
+            return Ok(None);
+        }
+        v.push(b'}');
+        enc.value_ends.push(v.len());
+    }
+    Ok(Some(enc))
+}
+
 // -- record batches -------------------------------------------------------------------
 
 /// Bytes of a record batch v2 header; the CRC covers what follows `ATTRIBUTES`.
@@ -507,5 +656,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<EncodedResults>()?;
     m.add_class::<RecordBatch>()?;
     m.add_function(wrap_pyfunction!(encode_results, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_accumulators, m)?)?;
     Ok(())
 }

@@ -67,7 +67,7 @@ class ClosedWindows(Sequence[WindowResult]):
     __slots__ = ("_built", "_slices", "pending")
 
     def __init__(self, pending: int = 0,
-                 slices: Iterator[list[WindowResult]] | None = None) -> None:
+                 slices: Iterator[Sequence[WindowResult]] | None = None) -> None:
         #: windows closed whose result is not built yet (an upper bound of the results)
         self.pending = pending
         self._built: list[WindowResult] = []
@@ -80,7 +80,7 @@ class ClosedWindows(Sequence[WindowResult]):
         closed._built = results
         return closed
 
-    def next_slice(self) -> list[WindowResult] | None:
+    def next_slice(self) -> Sequence[WindowResult] | None:
         """The next results (at most ``RESULT_SLICE``, maybe none: that step sorted
         keys, or every window of it failed); None once every one was taken."""
         if self._built:
@@ -93,7 +93,8 @@ class ClosedWindows(Sequence[WindowResult]):
             self._slices = None
             self.pending = 0
         else:
-            self.pending = max(0, self.pending - len(piece))
+            taken = piece.windows if type(piece) is FixedSlice else len(piece)
+            self.pending = max(0, self.pending - taken)
         return piece
 
     def _all(self) -> list[WindowResult]:
@@ -143,19 +144,90 @@ def fixed_windows(closing: list[tuple[int, dict[bytes, Any]]], result: Callable[
 
 
 def _fixed_slices(closing: list[tuple[int, dict[bytes, Any]]], result: Callable[[Any], Any],
-                  size: int, failed: list[FailedResult]) -> Iterator[list[WindowResult]]:
-    # Each accumulator is dropped as its result is built: a million of them are
+                  size: int, failed: list[FailedResult]) -> Iterator[Sequence[WindowResult]]:
+    # Each accumulator is dropped as its slice is taken: a million of them are
     # not freed in one go at the end.
     for end, accs in closing:
         start = end - size
         pop = accs.pop
         for keys in in_order(accs, len(accs), slice_size=RESULT_SLICE):
-            pairs = [(key, pop(key)) for key in keys]
+            yield FixedSlice(start, end, keys, [pop(key) for key in keys], result, failed)
+
+
+class FixedSlice(Sequence[WindowResult]):
+    """One slice of a closed tumbling/hopping window: its keys and accumulators,
+    whose results are built when first read. The runtime may encode the
+    accumulators for the sink without building them (``encoded``). ``bool`` is
+    cheap: true when it holds windows (their results may all fail)."""
+
+    __slots__ = ("_built", "_encoded", "_failed", "_result", "accs", "end", "keys", "start")
+
+    def __init__(self, start: int, end: int, keys: list[bytes], accs: list[Any],
+                 result: Callable[[Any], Any], failed: list[FailedResult]) -> None:
+        self.start, self.end, self.keys, self.accs = start, end, keys, accs
+        self._result, self._failed = result, failed
+        self._built: list[WindowResult] | None = None
+        self._encoded = False
+
+    def encoded(self, encode: Callable[[list[bytes], list[Any], int, int], _T | None]
+                ) -> _T | None:
+        """``encode(keys, accs, start, end)``: the sink records of the slice without
+        building its results, or None (then read the results). Only before they
+        are read, once: an encoder writes the results of built-in aggregations,
+        which never fail, so none of the slice's windows goes to ``failed``."""
+        if self._built is not None or self._encoded:
+            return None
+        got = encode(self.keys, self.accs, self.start, self.end)
+        self._encoded = got is not None
+        return got
+
+    def _all(self) -> list[WindowResult]:
+        if self._built is None:
+            start, end, result = self.start, self.end, self._result
             try:
-                yield [WindowResult(key, start, end, result(v)) for key, v in pairs]
+                self._built = [WindowResult(key, start, end, result(v))
+                               for key, v in zip(self.keys, self.accs, strict=True)]
             except Exception:  # one raised: find which
-                yield results_or_failures(
-                    result, [(k, start, end, v) for k, v in pairs], failed)
+                self._built = results_or_failures(
+                    result, [(k, start, end, v) for k, v in zip(self.keys, self.accs,
+                                                               strict=True)], self._failed)
+        return self._built
+
+    @property
+    def windows(self) -> int:
+        """The windows of the slice (its results, unless some fail)."""
+        return len(self.keys)
+
+    def end_counts(self) -> dict[int, int]:
+        """Results per window end (one end here), without building them once encoded."""
+        n = len(self)
+        return {self.end: n} if n else {}
+
+    def __bool__(self) -> bool:
+        return bool(self.keys)
+
+    def __len__(self) -> int:
+        return len(self.keys) if self._encoded else len(self._all())
+
+    def __iter__(self) -> Iterator[WindowResult]:
+        return iter(self._all())
+
+    @overload
+    def __getitem__(self, index: int) -> WindowResult: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[WindowResult]: ...
+    def __getitem__(self, index: int | slice) -> WindowResult | list[WindowResult]:
+        return self._all()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FixedSlice):
+            return self._all() == other._all()
+        return isinstance(other, list) and self._all() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"FixedSlice({self._all()!r})"
 
 
 def closed_windows(closed: list[Closed], result: Callable[[Any], Any],

@@ -24,6 +24,8 @@ import orjson
 from aiokafka.partitioner import DefaultPartitioner
 
 from streamremat.core import fastpath
+from streamremat.core.aggregators import Aggregator, Composite, Count, Max, Mean, Min, Sum
+from streamremat.core.closing import FixedSlice
 from streamremat.core.operator import Operator
 from streamremat.core.output import default_json_option, serialize_results
 from streamremat.core.records import BatchOutput, FailedResult, SourceRecord, WindowResult
@@ -102,17 +104,48 @@ _FLOATS_AS_NATIVE = orjson.dumps([1e16, 1e-7, 1e-5, 1e15, 5e-324, -0.0, 0.1]) ==
 def encode_natively(op: Operator, results: Sequence[WindowResult]) -> ResultRun | None:
     """``results`` for ``op``'s sink in one native call, or None where the Python
     path must encode them (no extension, a custom output or serde, a value it
-    does not write exactly as orjson)."""
+    does not write exactly as orjson). A slice of a closed tumbling/hopping
+    window of built-in aggregations is encoded from its accumulators, its
+    results never built (``FixedSlice.encoded``)."""
     native = fastpath.native_module
     if (native is None or not fastpath.native_enabled or not native_results
-            or not _FLOATS_AS_NATIVE or not hasattr(native, "encode_results")):
+            or not _FLOATS_AS_NATIVE or not hasattr(native, "encode_accumulators")):
         return None
     option = default_json_option(op)
     if option is None:
         return None
+    if type(results) is FixedSlice:
+        shape = _accumulator_shape(op.aggregator)
+        if shape is not None:
+            kinds, names, order = shape
+            encoded = results.encoded(
+                lambda keys, accs, start, end: native.encode_accumulators(
+                    keys, accs, start, end, kinds, names, order))
+            if encoded is not None:
+                return ResultRun(op.sink, encoded)
     rows = results if type(results) is list else list(results)
     encoded = native.encode_results(rows, option == orjson.OPT_SORT_KEYS)
     return None if encoded is None else ResultRun(op.sink, encoded)
+
+
+#: the aggregations whose result ``encode_accumulators`` writes from the accumulator
+_NATIVE_KINDS: dict[type, str] = {Count: "count", Sum: "sum", Min: "min", Max: "max",
+                                  Mean: "mean"}
+
+
+def _accumulator_shape(agg: Aggregator) -> tuple[list[str], list[str] | None, list[int]] | None:
+    """(kind per aggregation, the names in the order they are written or None for
+    a lone one, the accumulator index of each name) for ``encode_accumulators``;
+    None where a result needs its aggregation's own ``result`` (a subclass, a
+    sketch, ...). Names are written sorted, as ``default_json_option`` encodes."""
+    if type(agg) is Composite:
+        kinds = [_NATIVE_KINDS.get(type(p)) for p in agg.parts]
+        if any(k is None for k in kinds):
+            return None
+        order = sorted(range(len(agg.names)), key=lambda i: agg.names[i])
+        return ([cast(str, k) for k in kinds], [agg.names[i] for i in order], order)
+    kind = _NATIVE_KINDS.get(type(agg))
+    return None if kind is None else ([kind], None, [0])
 
 
 def to_records(

@@ -13,6 +13,7 @@ from operator import attrgetter
 
 from aiokafka import TopicPartition
 
+from streamremat.core.closing import FixedSlice
 from streamremat.core.records import BatchOutput, WindowResult
 from streamremat.metrics.sensor import E2E_LATENCY_BUCKETS_S, LatencyBatch, Sensor
 
@@ -86,7 +87,10 @@ def result_latencies(results: Iterable[WindowResult], now_s: float) -> LatencyBa
     counts = [0] * (len(bounds) + 1)
     total = 0.0
     now_ms = now_s * 1000
-    for end_ms, n in Counter(map(_end_ms, results)).items():
+    # a slice of one closed window, encoded natively: its results never built
+    by_end = (results.end_counts() if type(results) is FixedSlice
+              else Counter(map(_end_ms, results)))
+    for end_ms, n in by_end.items():
         seconds = max(0.0, (now_ms - end_ms) / 1000)
         counts[bisect_left(bounds, seconds)] += n
         total += seconds * n

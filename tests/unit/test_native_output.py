@@ -19,10 +19,13 @@ import pytest
 from aiokafka.partitioner import DefaultPartitioner
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from streamremat import Count, Max, Mean, Min, Operator, Sum, Tumbling
-from streamremat.core import fastpath
-from streamremat.core.records import BatchOutput, WindowResult
+from streamremat import Count, Hopping, Max, Mean, Min, Operator, Sum, Tumbling
+from streamremat.core import closing, fastpath
+from streamremat.core.closing import ClosedWindows
+from streamremat.core.records import BatchOutput, Record, WindowResult
+from streamremat.core.task import Task
 from streamremat.runtime.outputs import OutRecord, ResultRun, to_records, to_sendables
+from streamremat.runtime.recovery_report import result_latencies
 
 native = pytest.importorskip("streamremat_native")
 
@@ -241,3 +244,76 @@ def test_a_custom_output_stays_in_python() -> None:
                   output=lambda key, start, end, value: {"k": key, "v": value})
     records = to_sendables(op, 0, BatchOutput(results=[WindowResult(b'"a"', 0, 1000, 3)]))
     assert records == [OutRecord("out", b'"a"', b'{"k":"a","v":3}', 1000, [])]
+
+
+def _events(rng: random.Random, n: int) -> list[Record]:
+    """Random events over 40 keys, 10 ms apart: ints and floats (every magnitude)
+    in ``x``; two keys get only 2**63 one window in four, so that their sums
+    there pass 64 bits."""
+    out = []
+    for i in range(n):
+        k = rng.randrange(40)
+        x: Any = (2**63 if k < 2 and i // 500 % 4 == 0 else rng.randrange(-(2**40), 2**40) if rng.random() < 0.5
+                  else _float(rng))
+        if isinstance(x, float) and not math.isfinite(x):
+            x = 0.5
+        out.append(Record(orjson.dumps(f"k\u00e9{k}"), orjson.dumps({"x": x}), i * 10, i))
+    return out
+
+
+def _slices(op: Operator, events: list[Record]) -> list[BatchOutput]:
+    """The task's closed windows as the emitter takes them: a slice at a time."""
+    task = Task(op)
+    outs = []
+    for lo in range(0, len(events), 700):
+        out = task.process(events[lo:lo + 700])
+        closed = out.results
+        assert isinstance(closed, ClosedWindows)
+        while (piece := closed.next_slice()) is not None:
+            if piece:
+                outs.append(BatchOutput(results=piece))
+    return outs
+
+
+@pytest.mark.parametrize("aggregate", [
+    {"n": Count(), "total": Sum("x")}, {"total": Sum("x"), "n": Count(), "avg": Mean("x")},
+    {"lo": Min("x"), "hi": Max("x"), "avg": Mean("x")}, Count(), Sum("x"), Mean("x"),
+    Max("x"),
+])
+@pytest.mark.parametrize("window", [Tumbling(1000), Hopping(3000, 1000)])
+def test_closed_windows_encoded_from_accumulators_are_pythons_records(
+        aggregate: Any, window: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A closing's slices encoded from their accumulators (no result built) give
+    the records, dead letters and metrics the Python path gives."""
+    op = Operator(name="op", source="in", sink="out", window=window, aggregate=aggregate)
+    events = _events(random.Random(5), 6000)
+    monkeypatch.setattr(closing, "RESULT_SLICE", 97)
+    native_outs = _slices(op, events)
+    native_records = [to_sendables(op, 0, out) for out in native_outs]
+    assert any(isinstance(r, ResultRun) for recs in native_records for r in recs)
+    # most slices went out with no result built (from their accumulators)
+    unbuilt = [o for o in native_outs if o.results._built is None]  # type: ignore[attr-defined]
+    assert len(unbuilt) > len(native_outs) / 2
+    monkeypatch.setattr(fastpath, "native_enabled", False)
+    python_outs = _slices(op, events)
+    python_records = [to_sendables(op, 0, out) for out in python_outs]
+    assert [_rows(r) for r in native_records] == [_rows(r) for r in python_records]
+    assert [len(o.results) for o in native_outs] == [len(o.results) for o in python_outs]
+    assert [o.failed for o in native_outs] == [o.failed for o in python_outs]
+    if isinstance(aggregate, dict) and "total" in aggregate:  # sums past 64 bits
+        assert any(o.failed for o in native_outs)
+    now = 10**7
+    assert ([result_latencies(o.results, now) for o in native_outs]
+            == [result_latencies(o.results, now) for o in python_outs])
+
+
+def test_accumulators_it_cannot_take_are_left_to_python() -> None:
+    enc = native.encode_accumulators
+    keys = [b'"a"', b'"b"']
+    assert enc(keys, [[1, 2], [3, 4]], 0, 10, ["count", "sum"], ["n", "t"], [0, 1]) is not None
+    for bad in ([1, 2**64], [1, 2.5, 3], [1, "s"], (1, 2), [1, {"x": 1}]):
+        assert enc(keys, [[1, 2], bad], 0, 10, ["count", "sum"], ["n", "t"], [0, 1]) is None
+    # a mean whose sum is past 53 bits: Python's true division rounds it once
+    assert enc(keys, [[1, 1], [2**53 + 1, 3]], 0, 10, ["mean"], None, [0]) is None
+    assert enc(keys, [[1, 1], [0, 0]], 0, 10, ["mean"], None, [0]).columns()[1][1] == (
+        b'{"end_ms":10,"start_ms":0,"value":null}')
