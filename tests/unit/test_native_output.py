@@ -253,7 +253,8 @@ def _events(rng: random.Random, n: int) -> list[Record]:
     out = []
     for i in range(n):
         k = rng.randrange(40)
-        x: Any = (2**63 if k < 2 and i // 500 % 4 == 0 else rng.randrange(-(2**40), 2**40) if rng.random() < 0.5
+        big = k < 2 and i // 500 % 4 == 0
+        x: Any = (2**63 if big else rng.randrange(-(2**40), 2**40) if rng.random() < 0.5
                   else _float(rng))
         if isinstance(x, float) and not math.isfinite(x):
             x = 0.5
