@@ -28,6 +28,7 @@ use crate::attrs::Reader;
 use crate::accs::{int_of, Shape, COUNT, MAX, MEAN, MIN, SUM};
 use crate::json::{self, Bail, Val, R};
 use crate::num::Num;
+use crate::raw::RawRecords;
 
 
 /// Value fields a shape may read (more: the Python path runs it).
@@ -156,14 +157,28 @@ impl Folder {
         let Ok(records) = records.cast::<PyList>() else { return Ok(None) };
         self.run(state, records)
     }
+
+    /// `fold` for the records of `raw` (a `RawRecords`, see `raw.rs`) at offsets >=
+    /// `lo`, leaving out those whose windows all close by `horizon` (the replay
+    /// horizon of `Task.process`): the same result and the same state as `fold` of
+    /// aiokafka's records of them.
+    #[pyo3(signature = (state, raw, lo, horizon=None))]
+    fn fold_raw<'py>(
+        &self, state: &Bound<'py, PyAny>, raw: PyRef<'py, RawRecords>, lo: i64,
+        horizon: Option<i64>,
+    ) -> PyResult<Option<(Bound<'py, PyList>, Bound<'py, PyList>)>> {
+        crate::raw::fold(self, state, &raw, lo, horizon)
+    }
 }
 
 /// What pass 1 read of a batch.
-struct Batch<'py> {
-    keys: Vec<Bound<'py, PyBytes>>,
-    times: Vec<i64>,
+pub(crate) struct Batch<'py> {
+    pub keys: Vec<Bound<'py, PyBytes>>,
+    pub times: Vec<i64>,
     /// per record, its items (the columns, row by row)
-    items: Vec<Num>,
+    pub items: Vec<Num>,
+    /// per record, its offset (raw records; records of objects have theirs)
+    pub offsets: Vec<i64>,
 }
 
 struct Win<'py> {
@@ -194,11 +209,19 @@ impl Folder {
     fn run<'py>(
         &self, state: &Bound<'py, PyAny>, records: &Bound<'py, PyList>,
     ) -> PyResult<Option<(Bound<'py, PyList>, Bound<'py, PyList>)>> {
-        let py = state.py();
         if records.is_empty() {
             return Ok(None);
         }
         let Ok(batch) = self.read(records) else { return Ok(None) };
+        self.fold_batch(state, &batch, Some(records))
+    }
+
+    /// Passes 2 and 3 of what pass 1 read (`records`: where the records'
+    /// offsets are, else `batch.offsets`).
+    pub(crate) fn fold_batch<'py>(
+        &self, state: &Bound<'py, PyAny>, batch: &Batch<'py>, records: Option<&Bound<'py, PyList>>,
+    ) -> PyResult<Option<(Bound<'py, PyList>, Bound<'py, PyList>)>> {
+        let py = state.py();
         let windows = state.getattr(intern!(py, "windows"))?.cast_into::<PyDict>()?;
         let Ok(st0) = int_of(&state.getattr(intern!(py, "stream_time"))?) else { return Ok(None) };
         let (Ok(size), Ok(advance), Ok(grace)) = (
@@ -216,11 +239,11 @@ impl Folder {
         let mut slots: Vec<Slot<'py>> = Vec::new();
         let mut accs: Vec<Num> = Vec::new();
         let folded = self.fold_all(
-            &batch, &windows, (st0, size, advance, grace), &mut late, &mut wins, &mut slots,
+            batch, &windows, (st0, size, advance, grace), &mut late, &mut wins, &mut slots,
             &mut accs,
         );
         let Ok(st) = folded else { return Ok(None) };
-        self.write(state, records, &windows, &batch, &wins, &slots, &accs, st)?;
+        self.write(state, records, &windows, batch, &wins, &slots, &accs, st)?;
         let late_times = PyList::new(py, late.iter().map(|&i| batch.times[i]))?;
         Ok(Some((PyList::new(py, late)?, late_times)))
     }
@@ -232,9 +255,8 @@ impl Folder {
         let ncols = self.ncols;
         let mut b = Batch {
             keys: Vec::with_capacity(n), times: Vec::with_capacity(n),
-            items: Vec::with_capacity(n * ncols),
+            items: Vec::with_capacity(n * ncols), offsets: Vec::new(),
         };
-        let fields: Vec<&[u8]> = self.fields.iter().map(|f| f.as_slice()).collect();
         // key, then timestamp and value where they are read
         let mut names = vec![intern!(py, "key").clone()];
         let ts_at = self.time_field.is_none().then(|| {
@@ -254,41 +276,67 @@ impl Folder {
             if let Some(at) = ts_at {
                 t = Some(int_of(&got[at])?);
             }
-            if let Some(at) = value_at {
-                let value = got[at].cast_exact::<PyBytes>().map_err(|_| Bail)?;
-                let buf = value.as_bytes();
-                match self.mode {
-                    Mode::Validate => {
-                        json::whole(buf)?;
+            let value = match value_at {
+                Some(at) => Some(got[at].cast_exact::<PyBytes>().map_err(|_| Bail)?.as_bytes()),
+                None => None,
+            };
+            self.take(value, t, &mut b)?;
+        }
+        Ok(b)
+    }
+
+    /// Whether the value is read at all (else `take` gets None for it).
+    pub(crate) fn reads_value(&self) -> bool {
+        self.mode != Mode::Ignore
+    }
+
+    /// Whether event time is the record's timestamp (not a value field).
+    pub(crate) fn timed_by_record(&self) -> bool {
+        self.time_field.is_none()
+    }
+
+    /// The rest of pass 1 for one record whose key is in `b` already: its value
+    /// (None where not read), its event time `t` (the record's timestamp, None
+    /// when a value field holds it).
+    pub(crate) fn take(&self, value: Option<&[u8]>, mut t: Option<i64>, b: &mut Batch<'_>) -> R<()> {
+        let ncols = self.ncols;
+        if self.mode != Mode::Ignore {
+            let buf = value.ok_or(Bail)?;
+            match self.mode {
+                Mode::Validate => {
+                    json::whole(buf)?;
+                }
+                Mode::Whole => {
+                    let x = item_of(json::whole(buf)?)?;
+                    for _ in 0..ncols {
+                        b.items.push(x);
                     }
-                    Mode::Whole => {
-                        let x = item_of(json::whole(buf)?)?;
-                        for _ in 0..ncols {
-                            b.items.push(x);
+                }
+                _ => {
+                    let mut store = [Val::Missing; MAX_FIELDS];
+                    let picked = &mut store[..self.fields.len()];
+                    let mut names = [&b""[..]; MAX_FIELDS];
+                    for (n, f) in names.iter_mut().zip(&self.fields) {
+                        *n = f.as_slice();
+                    }
+                    json::pick(buf, &names[..self.fields.len()], picked)?;
+                    if let Some(tf) = self.time_field {
+                        match picked[tf] {
+                            Val::Int(v) => t = Some(v),
+                            _ => return Err(Bail),
                         }
                     }
-                    _ => {
-                        let mut store = [Val::Missing; MAX_FIELDS];
-                        let picked = &mut store[..fields.len()];
-                        json::pick(buf, &fields, picked)?;
-                        if let Some(tf) = self.time_field {
-                            match picked[tf] {
-                                Val::Int(v) => t = Some(v),
-                                _ => return Err(Bail),
-                            }
-                        }
-                        for &f in &self.col_field {
-                            b.items.push(item_of(picked[f])?);
-                        }
+                    for &f in &self.col_field {
+                        b.items.push(item_of(picked[f])?);
                     }
                 }
             }
-            match t {
-                Some(v) if v >= 0 => b.times.push(v),
-                _ => return Err(Bail),
-            }
         }
-        Ok(b)
+        match t {
+            Some(v) if v >= 0 => b.times.push(v),
+            _ => return Err(Bail),
+        }
+        Ok(())
     }
 
     /// Pass 2: returns the stream time after the batch.
@@ -378,7 +426,7 @@ impl Folder {
     /// Pass 3.
     #[allow(clippy::too_many_arguments)]
     fn write<'py>(
-        &self, state: &Bound<'py, PyAny>, records: &Bound<'py, PyList>,
+        &self, state: &Bound<'py, PyAny>, records: Option<&Bound<'py, PyList>>,
         windows: &Bound<'py, PyDict>, b: &Batch<'py>, wins: &[Win<'py>], slots: &[Slot<'py>],
         accs: &[Num], st: i64,
     ) -> PyResult<()> {
@@ -394,8 +442,10 @@ impl Folder {
                 None => {
                     let d = PyDict::new(py);
                     windows.set_item(w.end, &d)?;
-                    let offset = records.get_item(w.creator)?.getattr(intern!(py, "offset"))?;
-                    firsts.set_item(w.end, offset)?;
+                    match records {
+                        Some(r) => firsts.set_item(w.end, r.get_item(w.creator)?.getattr(intern!(py, "offset"))?)?,
+                        None => firsts.set_item(w.end, b.offsets[w.creator])?,
+                    }
                     d
                 }
             };

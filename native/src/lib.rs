@@ -10,6 +10,7 @@ mod json;
 mod murmur;
 mod num;
 mod output;
+mod raw;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -58,6 +59,7 @@ fn scan_json<'py>(
 #[pymodule]
 fn streamremat_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<fold::Folder>()?;
+    m.add_class::<raw::RawRecords>()?;
     m.add_function(wrap_pyfunction!(scan_json, m)?)?;
     m.add_function(wrap_pyfunction!(murmur::partition_indexes, m)?)?;
     output::register(m)?;

@@ -180,6 +180,28 @@ class PartitionTasks:
         self.position = records[-1].offset + 1
         return outputs
 
+    @property
+    def raw_replayable(self) -> bool:
+        """Whether the replay can take parsed record sets (``replay_raw``): every
+        task is one with a native fold and nothing to recompute."""
+        return self.replaying and bool(self.tasks) and all(
+            isinstance(t, Task) and t.fast is not None and t.fast.native is not None
+            and t.refold_from is None for t in self.tasks)
+
+    def replay_raw(self, raw: Any) -> bool:
+        """Step 4 for the records of ``raw`` (a native ``RawRecords`` of offsets
+        below ``replay_until``, see ``runtime/raw_replay.py``): True when every task
+        folded them; False when one declined (the caller then feeds them to
+        ``process`` as records: each task skips what it folded already)."""
+        last = raw.last_offset(self.position)
+        for task in self.tasks:
+            assert isinstance(task, Task)
+            if not task.replay_raw(raw, self.position, self.horizons.get(task.operator.name)):
+                return False
+        if last is not None:
+            self.position = last + 1
+        return True
+
     def _refold(self, task: Task, records: Sequence[SourceRecord]) -> None:
         """Step 2: the records below the task's checkpoint offset go to its recompute
         groups; step 3 once the records reach the checkpoint offset."""

@@ -141,6 +141,26 @@ class Task:
             out.late = [LateRecord(srcs[i], t, st) for i, t in zip(late, late_times, strict=True)]
         return out
 
+    def replay_raw(self, raw: Any, lo: int, horizon_ms: int | None) -> bool:
+        """``process(emit=False)`` of the records of ``raw`` (a native
+        ``RawRecords``: a fetch response parsed without record objects, see
+        ``runtime/raw_replay.py``) at offsets >= ``lo``: True; False, with nothing
+        changed, when the native fold declines them (the caller then feeds them as
+        records to ``process``, which finds the bad ones)."""
+        lo = max(lo, self.next_offset or 0)
+        last = raw.last_offset(lo)
+        if last is None:  # nothing unseen: as ``process`` of no records
+            return True
+        native = None if self.fast is None else self.fast.native
+        if native is None or not hasattr(native, "fold_raw"):
+            return False
+        use_horizon = self._timestamp_from_record and self.state.last_close_ms is not None
+        if native.fold_raw(self.state, raw, lo, horizon_ms if use_horizon else None) is None:
+            return False
+        self.state.close([])  # closed while replaying: emitted before, dropped now
+        self.next_offset = last + 1
+        return True
+
     def _prepare(
         self, records: Sequence[SourceRecord], dead: list[DeadLetter],
         decoded: Mapping[int, Any] | None = None,

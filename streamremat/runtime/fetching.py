@@ -15,6 +15,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from streamremat.runtime.raw_replay import RawTurn
 from streamremat.runtime.settings import WorkerSettings
 
 
@@ -49,18 +50,32 @@ class Round:
 
 
 async def fetch_round(consumer: Any, max_records: int, timeout_ms: int = 100,
-                      fair: bool = True) -> Round:
+                      fair: bool = True, raw: RawTurn | None = None) -> Round:
     """Wait up to ``timeout_ms`` for records, then top up from every other fetching
     partition with what is already buffered; at most ``max_records`` in all. An
     error of the first fetch is raised (nothing was consumed); one of a top-up is
-    returned with the records already taken, which must be processed first."""
-    active = [tp for tp in consumer.assignment() if tp not in consumer.paused()]
+    returned with the records already taken, which must be processed first.
+    ``raw``: the native replay reader folds what is fetched for the partitions it
+    replays first (``runtime/raw_replay.py``); ``getmany`` leaves those to it."""
+    owned: set[TopicPartition] = set()
+    if raw is not None:
+        took, owned = await raw.turn(consumer)
+        if owned:
+            if not took:  # getmany can't wait for what the reader takes: wait for any fetch
+                await raw.wait(timeout_ms / 1000)
+                took, owned = await raw.turn(consumer)
+            timeout_ms = 0
+    active = [tp for tp in consumer.assignment()
+              if tp not in consumer.paused() and tp not in owned]
+    if owned and not active:
+        return Round({}, False)
+    only = active if owned else ()
     if not fair:
-        got = await consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        got = await consumer.getmany(*only, timeout_ms=timeout_ms, max_records=max_records)
         return Round(got, sum(len(r) for r in got.values()) >= max_records)
     share = max(1, max_records // max(1, len(active)))
     batches: dict[TopicPartition, list[Any]] = await consumer.getmany(
-        timeout_ms=timeout_ms, max_records=share
+        *only, timeout_ms=timeout_ms, max_records=share
     )
     error: BaseException | None = None
     for tp in active:

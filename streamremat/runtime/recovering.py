@@ -215,6 +215,24 @@ class PartitionRecovery:
             if not self.partition_tasks.replaying:
                 self._go_live()
 
+    @property
+    def raw_replayable(self) -> bool:
+        """Whether the native replay reader may feed this partition record sets
+        (``runtime/raw_replay.py``)."""
+        return (self.phase is Phase.REPLAYING and not self.checkpointer.writing
+                and self.partition_tasks.raw_replayable)
+
+    def replay_raw(self, raw: Any) -> bool:
+        """``process`` for a record set the native reader parsed (offsets below
+        ``replay_until``); False, nothing folded, when a task declined it."""
+        if not self.raw_replayable or not self.partition_tasks.replay_raw(raw):
+            return False
+        if self.partition_tasks.replaying:
+            self._replay_progress()
+        else:
+            self._go_live()
+        return True
+
     def _replay_progress(self) -> None:
         now = time.monotonic()
         if now - self._replay_logged < self.settings.replay_log_interval_s:

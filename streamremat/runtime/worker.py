@@ -32,6 +32,7 @@ from streamremat.runtime.fetching import fetch_round, group_consumer
 from streamremat.runtime.lifecycle import Parking, Phase, session_alive, start_producer
 from streamremat.runtime.partition import PartitionRunner
 from streamremat.runtime.purging import RepartitionPurger
+from streamremat.runtime.raw_replay import RawTurn
 from streamremat.runtime.rebalance import RebalanceListener
 from streamremat.runtime.settings import Guarantee, WorkerSettings
 from streamremat.runtime.topics import ensure_topics
@@ -80,6 +81,7 @@ class Worker(PartitionOwnership):
             lambda tp: [stage.name for stage in self._by_topic.get(tp.topic, ())],
         )
         self._joined = False  # the group has assigned partitions (maybe none) to us
+        self._raw = RawTurn(self.runners, self._lock, settings.on_retention_gap, self.sensor)
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -184,7 +186,7 @@ class Worker(PartitionOwnership):
                 async with self._lock:
                     await self._recover_assigned()
             try:
-                fetched = await fetch_round(consumer, s.max_batch_records)
+                fetched = await fetch_round(consumer, s.max_batch_records, raw=self._raw)
             except gaps.POSITION_ERRORS as exc:  # never reset: see runtime/gaps.py
                 async with self._lock:
                     await gaps.position_error(self._consumer, self.runners, exc,
