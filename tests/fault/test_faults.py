@@ -33,6 +33,9 @@ from tests.fault.harness import FaultEnv, Feeder, WorkerProc, recovery_summary
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(300)]
 
+#: records the feeder sends before a two-worker test releases it (both are live)
+HELD = 4_000
+
 
 async def wait_split(env: FaultEnv, a: WorkerProc, b: WorkerProc, timeout_s: float = 60) -> None:
     """Wait until ``a`` and ``b`` each run half of the partitions, live."""
@@ -86,8 +89,10 @@ async def test_survivor_restores_a_dead_workers_partitions_from_kafka(
     a, b = env.worker("a"), env.worker("b")
     a.start()
     b.start()
+    feeder.limit = HELD  # until both are live: a slow start must not use up the stream
     feeding = asyncio.create_task(feeder.produce(80_000, 2_000, 0.5))
     await wait_split(env, a, b)
+    feeder.limit = None
     await asyncio.sleep(2.5)  # b checkpoints (every 1 s) and replicates
     lost = b.owned()
     seen = len(a.recoveries(-1))
@@ -111,8 +116,10 @@ async def test_zombie_after_sigstop_is_fenced(fault_env: FaultEnv) -> None:
     a, b = env.worker("a"), env.worker("b")
     a.start()
     b.start()
+    feeder.limit = HELD  # until both are live: a slow start must not use up the stream
     feeding = asyncio.create_task(feeder.produce(100_000, 2_000, 0.5))
     await wait_split(env, a, b)
+    feeder.limit = None
     await asyncio.sleep(1.5)
     lost = b.owned()
     b.signal(signal.SIGSTOP)
@@ -120,9 +127,13 @@ async def test_zombie_after_sigstop_is_fenced(fault_env: FaultEnv) -> None:
         await a.wait_for(lambda w: w.owned() == set(range(env.partitions)), 60,
                          "take-over of the zombie's partitions")
         before = await committed_offsets(env)
-        await asyncio.sleep(2.0)
-        after = await committed_offsets(env)
-        assert all(after[p] > before[p] for p in lost), (before, after)
+        deadline = time.monotonic() + 30
+        while True:  # a commits new records of the partitions it took over
+            after = await committed_offsets(env)
+            if all(after[p] > before[p] for p in lost):
+                break
+            assert time.monotonic() < deadline, (before, after)
+            await asyncio.sleep(0.2)
     finally:
         b.signal(signal.SIGCONT)
     thawed_at = len(b.log_text())

@@ -19,6 +19,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections import Counter
 
@@ -323,25 +324,31 @@ async def test_faust_worker_serves_the_dashboards_metrics(make_fault_env: MakeFa
     w.start()
     await w.wait_live(env.partitions, timeout_s=90)
     await feeder.produce(2_000, CHUNK, CHUNK_INTERVAL_S)
-    await asyncio.sleep(2.5)  # a checkpoint and a gauge report after going live
-    scrape = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
-    lines = scrape.splitlines()
-    # Declared (a labelled counter has no sample before its first event) ...
+    # What a worker always reports, once it checkpointed and reported its gauges
+    # after going live (within 2.5 s at low load; a loaded machine takes longer).
+    always = ("streamremat_restore_duration_seconds", "streamremat_replayed_records_total",
+              "streamremat_checkpoints_total", "streamremat_tuner_replay_rate_records",
+              "streamremat_records_in_total")
+    deadline = time.monotonic() + 60
+    while True:
+        scrape = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
+        lines = scrape.splitlines()
+        # Samples, of what is declared below (a labelled counter has no sample
+        # before its first event).
+        sampled = {line.split("{")[0].split(" ")[0] for line in lines
+                   if line.startswith("streamremat_")}
+        if all(any(n.startswith(name) for n in sampled) for name in always):
+            break
+        assert time.monotonic() < deadline, f"no samples of all of {always}\n{scrape}"
+        await asyncio.sleep(0.5)
     declared = {line.split()[2].removesuffix("_total") for line in lines
                 if line.startswith("# TYPE streamremat_")}
-    # ... and with samples: what a worker always reports.
-    sampled = {line.split("{")[0].split(" ")[0] for line in lines
-               if line.startswith("streamremat_")}
     wanted: set[str] = set()
     for _, expr in dashboard_queries():
         wanted |= metric_names(expr)
     base = {re.sub(r"_(bucket|count|sum|total)$", "", n) for n in wanted}
     missing = sorted(n for n in base if n not in declared)
     assert not missing, f"dashboard metrics the faust worker does not serve: {missing}"
-    for name in ("streamremat_restore_duration_seconds", "streamremat_replayed_records_total",
-                 "streamremat_checkpoints_total", "streamremat_tuner_replay_rate_records",
-                 "streamremat_records_in_total"):
-        assert any(n.startswith(name) for n in sampled), f"{name}: no samples\n{scrape}"
     assert f'app="{env.app_name}"' in scrape
     await finish(env, asyncio.create_task(asyncio.sleep(0)), w)
 

@@ -48,13 +48,21 @@ def _app(source: str) -> App:
     return App(f"gap-{source}", [op])
 
 
+#: Every run stops cleanly (it leaves the group), so no test waits for a session to
+#: expire. A short one let a loaded machine's stall (heartbeats starved, a blocked loop)
+#: evict a worker while it recovered: its partition was assigned again and recovered
+#: twice, and the second recovery saw the deleted records as a restart gap instead of
+#: the replay's (CI failed so once).
+SESSION_TIMEOUT_MS = 30_000
+
+
 def _settings(bootstrap: str, state_dir: Path, policy: GapPolicy = GapPolicy.FAIL,
               **kw: Any) -> WorkerSettings:
     # No checkpoint but the clean stop's (interval 1 h), none in Kafka: each test
     # decides which checkpoint a run finds by its state dir.
     checkpoints = CheckpointSettings(policy="fixed", interval_s=3600, replicate=False)
     return WorkerSettings(bootstrap_servers=bootstrap, state_dir=str(state_dir),
-                          commit_interval_s=0.2, session_timeout_ms=3_000,
+                          commit_interval_s=0.2, session_timeout_ms=SESSION_TIMEOUT_MS,
                           on_retention_gap=policy, checkpoints=checkpoints, **kw)
 
 
@@ -126,11 +134,14 @@ async def test_checkpoint_falls_below_the_log_start_during_replay(
                                       metrics.sensor)
     worker.delete_before = 900
     caplog.clear()
+    caplog.set_level(logging.INFO, logger="streamremat.worker")  # shown when it fails
     if policy is GapPolicy.FAIL:
-        assert await asyncio.wait_for(worker.run(handle_signals=False), 60) == 2
+        code = await asyncio.wait_for(worker.run(handle_signals=False), 60)
+        assert code == 2, _messages(caplog)
         assert (f"{source}[0]: the next offset to read (replaying) 600 is below the log start "
                 "offset 900" in _messages(caplog)), _messages(caplog)
-        assert await committed(kafka_bootstrap, worker.group_id, source) == 1200
+        assert await committed(kafka_bootstrap, worker.group_id, source) == 1200, (
+            _messages(caplog))
         expected = Counter(reference_emissions(records[:1200]))
     else:
         skipped: list[float | None] = []
@@ -145,7 +156,7 @@ async def test_checkpoint_falls_below_the_log_start_during_replay(
         expected += emitted_after(records[:600] + records[900:], 900)
     got = await read_sink(kafka_bootstrap, f"{source}-out")
     assert sum(expected.values()) > 50
-    assert got == expected
+    assert got == expected, _messages(caplog)
 
 
 @pytest.mark.parametrize("policy", [GapPolicy.FAIL, GapPolicy.RESET])

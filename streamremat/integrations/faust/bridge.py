@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
 import logging
 import os
 import threading
@@ -24,12 +25,12 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from mode.utils.futures import notify
 
 from streamremat.core.exceptions import ConfigError
-from streamremat.core.operator import App
+from streamremat.core.operator import App, Operator
 from streamremat.core.records import BatchOutput
 from streamremat.core.repartition import Repartitioner
 from streamremat.core.task import Task
 from streamremat.core.topology import Stage, compile_app
-from streamremat.integrations.faust.outputs import result_records
+from streamremat.integrations.faust.outputs import output_slices, result_records
 from streamremat.metrics.sensor import Sensor
 from streamremat.runtime.kafka import TopicSpec, create_topics, retention_s, topic_config
 from streamremat.runtime.kafka import topic_partitions as partitions_of
@@ -54,20 +55,32 @@ class FaustPartition(PartitionRunner):
     """A ``PartitionRunner`` whose offsets faust commits: outputs are delivered
     (awaited) per batch, and a checkpoint follows a faust commit at its position."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: a batch's outputs, built and sent by ``deliver``
+        self._outputs: collections.deque[tuple[Operator, BatchOutput]] = collections.deque()
+
     def emit(self, outputs: Sequence[tuple[Task | Repartitioner, BatchOutput]]) -> None:
         """The worker's delivery tail, with the idempotency header on each result
-        (``result_records``); no repartition stage runs here (``Bridge`` refuses them)."""
-        partition = self.tp.partition
-        pending = self.committer.pending
+        (``result_records``); no repartition stage runs here (``Bridge`` refuses them).
+        Nothing is built yet: ``deliver`` builds a closing's results a slice at a
+        time, as the worker's emitter does (``runtime/emitting.py``)."""
         for task, out in outputs:
             if out.results or out.dead_letters or out.late or out.failed:
-                pending.extend(result_records(task.operator, partition, out))
-                count_outputs(self.sensor, task.operator.name, partition, out)
+                self._outputs.append((task.operator, out))
 
     async def deliver(self) -> None:
-        """Send the batch's outputs and wait until Kafka has them all: only then
-        may faust ack (and so commit) the input events."""
-        await self.flush()
+        """Build and send the batch's outputs, the event loop turning after each
+        slice of a closing over many keys, and wait until Kafka has them all: only
+        then may faust ack (and so commit) the input events."""
+        partition = self.tp.partition
+        while self._outputs:
+            op, out = self._outputs.popleft()
+            for part in output_slices(out):
+                records = result_records(op, partition, part)
+                count_outputs(self.sensor, op.name, partition, part)
+                await self.committer.send(records)
+                await asyncio.sleep(0)
         await self.committer.acked()
 
     def committed_at(self, offset: int | None) -> None:
