@@ -109,15 +109,20 @@ class RawReplay:
         #: partitions whose current fetch was left to aiokafka (until it is consumed)
         self._left: dict[TopicPartition, Any] = {}
 
+    @staticmethod
+    def available() -> bool:
+        """Whether the native build has the reader and it is not turned off."""
+        native = fastpath.native_module
+        return (getattr(native, "RawRecords", None) is not None and enabled
+                and fastpath.native_enabled and FetchResult is not None)
+
     @classmethod
     def install(cls, consumer: Any) -> RawReplay | None:
         """The reader for a started consumer, or None where it can't run (no native
         build, ``STREAMREMAT_NATIVE=0``, aiokafka internals not as expected)."""
-        native = fastpath.native_module
-        raw_records = getattr(native, "RawRecords", None)
-        if (raw_records is None or not enabled or not fastpath.native_enabled
-                or FetchResult is None):
+        if not cls.available():
             return None
+        raw_records = fastpath.native_module.RawRecords  # type: ignore[union-attr]
         fetcher = getattr(consumer, "_fetcher", None)
         needed = ("_records", "_client", "_notify", "_wait_consume_future",
                   "_create_fetch_waiter")

@@ -32,6 +32,9 @@ def test_bench_replay_backlog_small(kafka_bootstrap: str) -> None:
     for r in (whole, backlog):
         assert r["events"] == 30_000
         assert r["replayed"] == 30_000  # the whole topic, from the empty checkpoint
+        # each replay reader, the native one and aiokafka's records, replayed all of it
+        assert {m: v["replayed"] for m, v in r["by_reader"].items()} == {
+            "native": [30_000], "records": [30_000]}
         assert r["live_events_per_s"] > 0 and r["replay_events_per_s"] > 0
     # the whole topic spans ~17 windows: most of it is behind the horizon; the
     # backlog lies in one open window: nothing is
