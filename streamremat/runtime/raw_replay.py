@@ -65,14 +65,14 @@ enabled = True
 
 
 class _Capture:
-    """The fetcher's client, keeping per partition the reader wants (fetch offset,
-    record set) of the latest fetch response without an error (only those: the
-    bytes of the others are not held past their consumption)."""
+    """The fetcher's client, keeping per partition (fetch offset, record set) of the
+    latest fetch response without an error: the very bytes aiokafka's records hold
+    while buffered; ``RawReplay.owned`` drops those of partitions it does not take,
+    each round, so none is held long past its consumption."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
         self.record_sets: dict[TopicPartition, tuple[int, bytes]] = {}
-        self.wanted: set[TopicPartition] = set()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
@@ -84,8 +84,7 @@ class _Capture:
             for topic, parts in response.topics:
                 for partition, error_code, _highwater, *data in parts:
                     tp = TopicPartition(topic, partition)
-                    if (error_code == 0 and tp in self.wanted and (topic, partition) in offsets
-                            and data):
+                    if error_code == 0 and (topic, partition) in offsets and data:
                         self.record_sets[tp] = (offsets[(topic, partition)], data[-1])
                     else:
                         self.record_sets.pop(tp, None)
@@ -147,7 +146,6 @@ class RawReplay:
                 self._left[tp] = fetch  # an error (e.g. out of range): getmany raises it
                 continue
             owned.add(tp)
-        self._capture.wanted = owned
         for tp in [tp for tp in self._capture.record_sets if tp not in owned]:
             del self._capture.record_sets[tp]
         return owned

@@ -194,8 +194,6 @@ async def _replay(bootstrap: str, topic: str, ops: list[Operator], start: int, c
             task.next_offset = start
         tasks = PartitionTasks(each, committed, horizons)
         runners = {tp: _Runner(tasks)}
-        if reader is not None:  # (wanted before the first fetch comes back: all taken)
-            reader.owned(runners)
         results: Results = Counter()
         folded = 0
         deadline = time.monotonic() + 60
