@@ -124,9 +124,9 @@ class Checkpointer:
            an encode, the key sort, short).
         4. Append it to the local RocksDB store: one WriteBatch, synced (unless
            ``owned`` says the ownership proven by the commit may be lost by now:
-           then it is not written, and the chain's next checkpoint is full). Only then
-           does the next commit, whose replay depends on it, come (the caller awaits
-           this).
+           then it is not written, and the chain's next checkpoint is full; lost
+           during the write, it stays local only). Only then does the next commit,
+           whose replay depends on it, come (the caller awaits this).
         5. Replicate it to the compacted checkpoint topic in the background, in
            order per partition; a failed write makes the next checkpoint full.
         6. Prune both stores to the last N restorable checkpoints. The purge floor
@@ -192,6 +192,17 @@ class Checkpointer:
                 chain.base_seq = None  # the chain has a hole now: restart it with a full
                 self.sensor.on_checkpoint_failed(op, self.partition, type(exc).__name__)
                 log.error("%s: checkpoint seq %d failed: %s", chain.task_id, seq, exc)
+                continue
+            if owned is not None and not owned():
+                # The process stood still during the write itself (seen: a SIGSTOP while
+                # it fsynced). The frame is on this machine's disk, a state at an offset
+                # this worker committed (harmless to restore from), but the partition
+                # may be another worker's now: it is not replicated, and the chain's
+                # next checkpoint is full.
+                chain.base_seq = None
+                log.warning("%s: checkpoint seq %d at offset %d kept locally only: the event "
+                            "loop stood still past the session timeout while it was written",
+                            chain.task_id, seq, frame.offset)
                 continue
             chain.written += 1
             if full:

@@ -24,6 +24,7 @@ from streamremat.runtime.kafka import ProducerRecord, end_offsets, produce
 from streamremat.runtime.settings import CheckpointSettings
 from streamremat.runtime.worker import Worker
 from streamremat.state.frame import CheckpointFrame
+from streamremat.state.kafka import KafkaCheckpointStore
 from streamremat.state.rocksdb import RocksDBCheckpointStore
 from tests.integration.test_worker import _expected, _operator, _settings, _sink_results
 
@@ -137,3 +138,51 @@ async def test_a_checkpoint_proven_before_a_process_stop_is_not_written_after_it
         release.set()
         worker.stop()
     assert await asyncio.wait_for(task, 60) in (0, 1)
+
+
+@pytest.mark.timeout(300)
+async def test_a_checkpoint_whose_write_spans_a_process_stop_is_not_replicated(
+    kafka_bootstrap: str, new_topic: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The process stands still past the session timeout while a checkpoint is being
+    written locally (after the ownership check before the write; a SIGSTOP during
+    the fsync did so in the zombie fault test): the frame must not reach the
+    replica, where the partition may be another worker's by then."""
+    source = new_topic(1, {"retention.ms": "-1"})
+    op = _operator(source, f"{source}-out")
+    await produce(kafka_bootstrap, source, _rows(300, int(time.time() * 1000) - 600_000, 0))
+    stalled: list[int] = []
+    replicated: list[int] = []
+    real_append = RocksDBCheckpointStore.append
+    real_replicate = KafkaCheckpointStore.append
+
+    async def stalling(self: RocksDBCheckpointStore, frame: CheckpointFrame) -> None:
+        await real_append(self, frame)
+        if not stalled and not frame.clean:
+            stalled.append(frame.seq)
+            time.sleep(settings.session_timeout_ms / 1000 + 1.0)  # the process stands still
+
+    async def recorded(self: KafkaCheckpointStore, frame: CheckpointFrame) -> None:
+        await real_replicate(self, frame)
+        replicated.append(frame.seq)
+
+    monkeypatch.setattr(RocksDBCheckpointStore, "append", stalling)
+    monkeypatch.setattr(KafkaCheckpointStore, "append", recorded)
+    settings = _settings(kafka_bootstrap, tmp_path, checkpoints=CheckpointSettings(
+        policy="fixed", interval_s=0.5, replicate=True))
+    worker = Worker(App(f"w-{source}", [op]), settings)
+    task = asyncio.create_task(worker.run(handle_signals=False))
+    try:
+        deadline = time.monotonic() + 60
+        # Until a later checkpoint was replicated: the stalled one would have been first.
+        while not (stalled and any(seq > stalled[0] for seq in replicated)):
+            assert not task.done() and time.monotonic() < deadline, (stalled, replicated)
+            await asyncio.sleep(0.1)
+    finally:
+        worker.stop()
+    assert await asyncio.wait_for(task, 60) in (0, 1)
+    assert stalled[0] not in replicated, (stalled, replicated)
+    assert f"checkpoint seq {stalled[0]} at offset" in caplog.text
+    assert ("kept locally only: the event loop stood still past the session timeout while it "
+            "was written") in caplog.text
