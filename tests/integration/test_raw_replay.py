@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from streamremat import RAW, Count, Operator, Sum, Tumbling
+from streamremat import RAW, Count, Hopping, Operator, Sum, Tumbling
 from streamremat.core import fastpath
 from streamremat.core.recovery import PartitionTasks
 from streamremat.core.task import Task
@@ -47,8 +47,9 @@ N = 3_000
 FETCH_BYTES = 16 * 1024  # many fetch responses per replay
 
 
-def _op(topic: str) -> Operator:
-    return Operator(name="r", source=topic, sink=f"{topic}-out", window=Tumbling(WINDOW_MS),
+def _op(topic: str, hopping: bool = False) -> Operator:
+    window = Hopping(WINDOW_MS, 500, grace_ms=300) if hopping else Tumbling(WINDOW_MS)
+    return Operator(name="r", source=topic, sink=f"{topic}-out", window=window,
                     aggregate={"n": Count(), "total": Sum("x")})
 
 
@@ -59,9 +60,11 @@ def _raw_count(topic: str) -> Operator:
                     aggregate=Count(), value_serde=RAW)
 
 
-def _ref(topic: str) -> RefOperator:
+def _ref(topic: str, hopping: bool = False) -> RefOperator:
+    window = (RefWindow("hopping", WINDOW_MS, 500, grace=300) if hopping
+              else RefWindow("tumbling", WINDOW_MS))
     return RefOperator(
-        name="r", source=topic, sink=f"{topic}-out", window=RefWindow("tumbling", WINDOW_MS),
+        name="r", source=topic, sink=f"{topic}-out", window=window,
         fields=("x",), result=lambda vals: {"n": len(vals), "total": sum(v["x"] for v in vals)})
 
 
@@ -225,6 +228,7 @@ WRITERS: dict[str, Callable[[str, str], Awaitable[None]]] = {
     "bad_records": _bad,
     "log_append_time": _plain,
     "two_operators": _bad,
+    "hopping_with_grace": _plain,
 }
 
 
@@ -242,7 +246,8 @@ async def test_the_native_reader_replays_exactly_as_aiokafka_records(
     offsets = [r.offset for r in rows]
     start = offsets[len(offsets) // 5] + 1  # (inside a batch: batches hold many records)
     # (two: the count folds what the sum declines, which then goes the general way)
-    ops = [_raw_count(topic), _op(topic)] if layout == "two_operators" else [_op(topic)]
+    hopping = layout == "hopping_with_grace"
+    ops = [_raw_count(topic), _op(topic)] if layout == "two_operators" else [_op(topic, hopping)]
     # the replay ends at a committed offset inside the topic, or at its end
     for committed in (offsets[len(offsets) * 4 // 5], offsets[-1] + 1):
         # the stream times at the committed offset: what the commit's metadata holds
@@ -258,11 +263,11 @@ async def test_the_native_reader_replays_exactly_as_aiokafka_records(
         native = await _replay(kafka_bootstrap, topic, ops, start, committed, horizons, True)
         general = await _replay(kafka_bootstrap, topic, ops, start, committed, horizons, False)
         assert native[2] > 0, "the native reader folded nothing"
-        if layout in ("plain", "transactions", "log_append_time"):
+        if layout in ("plain", "transactions", "log_append_time", "hopping_with_grace"):
             assert native[2] == sum(1 for r in rows if start <= r.offset < committed)
         assert native[0] == general[0], f"{layout}: states differ at committed {committed}"
         assert native[1] == general[1], f"{layout}: live results differ"
-        expected = expected_output(_ref(topic), [r for r in rows if r.offset >= start])
+        expected = expected_output(_ref(topic, hopping), [r for r in rows if r.offset >= start])
         live = Counter({("r", *res): sum(1 for _p, o in expected.closed_by[res] if o >= committed)
                         for res in expected.results})
         assert Counter({k: v for k, v in native[1].items() if k[0] == "r"}) == +live, (
