@@ -1,10 +1,11 @@
 """The tuner on the real system (issue 5): failures injected on a schedule; every
 measured recovery stays within the RTO the tuner was given, and the recovery time
 the tuner predicted just before each failure after the first (once it has measured
-a recovery) is within a factor of 2 of the measured one. (It was ±50 %; on this shared 2-core machine the measured few
-seconds swing by more than that with the load — seen: predicted 2.7 s / measured
-4.6 s under load, 5.1 s / 3.3 s idle — while a wrong model is off by 10x: the
-issue 14 scenario predicted 93.8 s for a 6.7 s recovery.)
+a recovery) is within a factor of 2 of the measured one. (It was ±50 %; on this
+shared 2-core machine the measured few seconds swing by more than that with the
+load — seen: predicted 2.7 s / measured 4.6 s under load, 5.1 s / 3.3 s idle —
+while a wrong model is off by 10x: the issue 14 scenario predicted 93.8 s for a
+6.7 s recovery.)
 
 Recovery is measured as DESIGN §8 defines it: from the kill until the lag is back
 to ~0 (the group's committed offsets within half a second of ingest of the end).
