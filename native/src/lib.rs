@@ -5,10 +5,12 @@
 
 mod accs;
 mod attrs;
+mod batches;
 mod fold;
 mod json;
 mod murmur;
 mod num;
+mod outjson;
 mod output;
 mod raw;
 
