@@ -16,6 +16,7 @@ pub const MAX: u8 = 3;
 pub const MEAN: u8 = 4;
 
 /// The aggregations of one shape and where each keeps its numbers in a slot.
+#[derive(Clone)]
 pub struct Shape {
     pub kinds: Vec<u8>,
     /// per aggregation, its item's column (count: none)
@@ -59,6 +60,28 @@ fn py_num<'py>(py: Python<'py>, n: Num) -> Bound<'py, PyAny> {
 }
 
 impl Shape {
+    /// The shape of `kinds` (a dict of them when `composite`): items are taken in
+    /// column order, one column per aggregation that reads one (all but count).
+    pub fn new(kinds: Vec<u8>, composite: bool) -> Shape {
+        let (mut cols, mut offs, mut width, mut ncols) = (Vec::new(), Vec::new(), 0, 0);
+        for k in &kinds {
+            offs.push(width);
+            width += if *k == MEAN { 2 } else { 1 };
+            if *k == COUNT {
+                cols.push(usize::MAX);
+            } else {
+                cols.push(ncols);
+                ncols += 1;
+            }
+        }
+        Shape { kinds, cols, offs, width, composite }
+    }
+
+    /// Items per record.
+    pub fn ncols(&self) -> usize {
+        self.kinds.iter().filter(|&&k| k != COUNT).count()
+    }
+
     /// The accumulator of a key new to its window: the aggregation's zero (the
     /// Python path's first add from zero gives what `update` then gives).
     pub fn zero(&self, out: &mut [Num]) {
@@ -145,7 +168,7 @@ impl Shape {
     }
 
     /// A Python accumulator as `Aggregator.add` builds it from zero.
-    fn new_acc<'py>(&self, py: Python<'py>, acc: &[Num]) -> PyResult<Bound<'py, PyAny>> {
+    pub fn new_acc<'py>(&self, py: Python<'py>, acc: &[Num]) -> PyResult<Bound<'py, PyAny>> {
         let one = |k: u8, o: usize| -> PyResult<Bound<'py, PyAny>> {
             Ok(if k == MEAN {
                 PyList::new(py, [py_num(py, acc[o]), py_num(py, acc[o + 1])])?.into_any()

@@ -57,12 +57,12 @@ pub struct Folder {
     fields: Vec<Vec<u8>>,
     time_field: Option<usize>,
     /// items per record
-    ncols: usize,
+    pub ncols: usize,
     mode: Mode,
     hopping: bool,
 }
 
-fn kind_of(name: &str) -> PyResult<u8> {
+pub fn kind_of(name: &str) -> PyResult<u8> {
     Ok(match name {
         "count" => COUNT,
         "sum" => SUM,
@@ -248,8 +248,8 @@ impl Folder {
         Ok(Some((PyList::new(py, late)?, late_times)))
     }
 
-    /// Pass 1.
-    fn read<'py>(&self, records: &Bound<'py, PyList>) -> R<Batch<'py>> {
+    /// Pass 1 (also the native state table's, `table.rs`).
+    pub(crate) fn read<'py>(&self, records: &Bound<'py, PyList>) -> R<Batch<'py>> {
         let py = records.py();
         let n = records.len();
         let ncols = self.ncols;

@@ -13,6 +13,9 @@ mod num;
 mod outjson;
 mod output;
 mod raw;
+mod store;
+mod table;
+mod table_codec;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -62,6 +65,8 @@ fn scan_json<'py>(
 fn streamremat_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<fold::Folder>()?;
     m.add_class::<raw::RawRecords>()?;
+    m.add_class::<table::Table>()?;
+    m.add_class::<table::ClosedWin>()?;
     m.add_function(wrap_pyfunction!(scan_json, m)?)?;
     m.add_function(wrap_pyfunction!(murmur::partition_indexes, m)?)?;
     output::register(m)?;

@@ -52,6 +52,7 @@ import orjson
 
 from streamremat.core.aggregators import Aggregator, Composite, Count, Max, Mean, Min, Sum
 from streamremat.core.exceptions import reason_of
+from streamremat.core.native_state import NativeWindowState
 from streamremat.core.records import SourceRecord
 from streamremat.core.serdes import JsonSerde, RawSerde
 from streamremat.core.window_state import NO_TIME, Failure, FixedWindowState
@@ -66,6 +67,8 @@ except ImportError:  # not built (no Rust toolchain): the Python fold below
 enabled = True
 #: False: the native fold is not used even where it is installed (A/B, fallback tests)
 native_enabled = os.environ.get("STREAMREMAT_NATIVE", "1") != "0"
+#: False: with the native fold, the state stays in Python dicts (no native table; A/B)
+native_state_enabled = os.environ.get("STREAMREMAT_NATIVE_STATE", "1") != "0"
 
 _KEY, _VALUE, _TIME = attrgetter("key"), attrgetter("value"), attrgetter("timestamp")
 _NUMBERS = frozenset((int, float))
@@ -136,6 +139,13 @@ class FastPath:
                     list(self.kinds), list(fields), time_field, decode, composite, hopping)
             except ValueError:  # a shape it doesn't take (e.g. many fields)
                 self.native = None
+        if self.native is not None and native_state_enabled and not state.windows:
+            # the entries in the native table (core/native_state.py), not in dicts
+            table = native_module.Table(list(self.kinds), composite, state.size,
+                                        state.advance, state.grace)
+            native = NativeWindowState(state.agg, state.size, state.advance, state.grace, table)
+            native.exact_sizes = state.exact_sizes
+            self.state = native
 
     @classmethod
     def for_task(
@@ -175,9 +185,16 @@ class FastPath:
         decode; the native fold reads the raw values, which decode to the same)."""
         if not records:  # all skipped by the replay horizon: nothing to prove
             return None
+        state = self.state
+        if type(state) is NativeWindowState and state.table is not None:
+            # the table's own fold; a batch it declines goes the general way
+            # (add_batch), never into the dicts the Python fold writes
+            if self.native is None:
+                return None
+            table_got = state.fold_native(self.native, _listed(records))
+            return None if table_got is None else (table_got[0], table_got[1], [])
         if self.native is not None:
-            got = self.native.fold(self.state, records if type(records) is list
-                                   else list(records))
+            got = self.native.fold(state, _listed(records))
             if got is not None:
                 return got[0], got[1], []
         if self._fold is None:
@@ -226,6 +243,10 @@ class FastPath:
         failed: list[Failure] = []
         self._fold(self.state, records, keys, times, columns, late, failed)
         return late, [times[i] for i in late], failed
+
+
+def _listed(records: Sequence[SourceRecord]) -> list[SourceRecord]:
+    return records if type(records) is list else list(records)
 
 
 def _compile(kinds: tuple[str, ...], composite: bool, hopping: bool) -> Callable[..., None]:

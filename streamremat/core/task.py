@@ -80,6 +80,8 @@ class Task:
             not (operator.steps or operator.key_by or callable(ts_by)),
             ts_by if isinstance(ts_by, str) else None,
         )
+        if self.fast is not None:  # it may hold the state in its native table
+            self.state = self.fast.state
         # (the native fold reads the raw values: values decoded for it would be wasted)
         self.shares_decoded = (
             self._plain and self._decode_value and _reads_only(operator.aggregator)
@@ -239,8 +241,7 @@ class Task:
         write_svarint(out, self.state.stream_time)
         write_svarint(out, self.state.closed_through)
         write_uvarint(out, 0 if self.next_offset is None else self.next_offset + 1)
-        out += self.state.encode(full, recompute)
-        return bytes(out)
+        return self.state.encode_after(bytes(out), full, recompute)
 
     @property
     def replay_from(self) -> int | None:

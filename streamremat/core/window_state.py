@@ -111,6 +111,10 @@ class WindowState:
         every pending group, are written as recompute: their first offset only."""
         raise NotImplementedError
 
+    def encode_after(self, head: bytes, full: bool, recompute: Collection[int] = ()) -> bytes:
+        """``head + encode(full, recompute)`` (a state may write both into one buffer)."""
+        return head + self.encode(full, recompute)
+
     def apply(self, body: bytes, version: int) -> None:
         """Apply an encoded full state or delta (body ``version``) on top of the
         current state."""

@@ -233,12 +233,14 @@ def _mode(task: Task, mode: str) -> Task:
 
 
 def _build(make: Callable[[], Task], mode: str) -> Task:
-    saved = fastpath.native_enabled
-    fastpath.native_enabled = True
+    """The native fold into the Python state's dicts (the native table is
+    ``test_native_state.py``'s)."""
+    saved = fastpath.native_enabled, fastpath.native_state_enabled
+    fastpath.native_enabled, fastpath.native_state_enabled = True, False
     try:
         return _mode(make(), mode)
     finally:
-        fastpath.native_enabled = saved
+        fastpath.native_enabled, fastpath.native_state_enabled = saved
 
 
 MODES = ("native", "python", "general")

@@ -1,0 +1,511 @@
+//! The native state table of a fast-path shape (`streamremat.core.native_state`):
+//! per window end, key -> accumulator row held here (`store.rs`), not in Python
+//! dicts. The Python side keeps what is per window (first offsets, pending
+//! recompute groups, stream time) and decides what `encode` writes; the table
+//! holds the entries, folds batches into them, and encodes and decodes them
+//! (`table_codec.rs`) with the GIL released.
+//!
+//! Every fold is all or nothing: pass 1 reads the batch (a record the table
+//! can't take exactly makes it return None), pass 2 folds into scratch
+//! accumulators started from the table's rows (an int past i64 returns None),
+//! pass 3 writes them back (new rows in first-record order, as the Python loops
+//! insert keys into a window's dict).
+
+use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PySet};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::accs::{Shape, COUNT};
+use crate::fold::{kind_of, Folder};
+use crate::json::{Bail, R};
+use crate::num::Num;
+use crate::store::{hash_key, Win, Windows};
+use crate::table_codec::{self as codec, Item, RECOMPUTE};
+
+/// What `encode` writes of a window (the Python side's plan).
+const PLAN_RECOMPUTE: u8 = 0; // 1: every entry
+const PLAN_DIRTY: u8 = 2;
+
+#[pyclass(module = "streamremat_native")]
+pub struct Table {
+    shape: Shape,
+    ncols: usize,
+    size: i64,
+    advance: i64,
+    grace: i64,
+    wins: Windows,
+}
+
+/// What a fold did besides the entries: late records, stream time, and the
+/// windows whose first offset it set (end, index of the record).
+struct Outcome {
+    late: Vec<usize>,
+    st: i64,
+    firsts: Vec<(i64, usize)>,
+}
+
+/// A window a batch touches: its end, whether it existed, whether it was empty.
+struct Touched {
+    end: i64,
+    existed: bool,
+}
+
+fn num_of(obj: &Bound<'_, PyAny>) -> R<Num> {
+    if obj.is_exact_instance_of::<PyInt>() {
+        return obj.extract::<i64>().map(Num::I).map_err(|_| Bail);
+    }
+    if obj.is_exact_instance_of::<PyFloat>() {
+        return Ok(Num::F(obj.cast::<PyFloat>().map_err(|_| Bail)?.value()));
+    }
+    Err(Bail)
+}
+
+impl Table {
+    fn fold_core(
+        &mut self, keys: &[&[u8]], times: &[i64], items: &[Num], st0: i64,
+        refold: Option<&FxHashSet<i64>>,
+    ) -> R<Outcome> {
+        let (ncols, width, shape) = (self.ncols, self.shape.width, &self.shape);
+        let mut win_of: FxHashMap<i64, usize> = FxHashMap::default();
+        let mut touched: Vec<Touched> = Vec::new();
+        let mut slot_of: FxHashMap<(usize, &[u8]), usize> =
+            FxHashMap::with_capacity_and_hasher(times.len(), Default::default());
+        // per slot: (window, record, the table's row, the key's hash)
+        let mut slots: Vec<(usize, usize, Option<usize>, u64)> = Vec::with_capacity(times.len());
+        let mut accs: Vec<Num> = Vec::with_capacity(times.len() * width);
+        let mut out = Outcome { late: Vec::new(), st: st0, firsts: Vec::new() };
+        let (mut cur_end, mut cur_w) = (i64::MIN, 0usize);
+        for (i, (&t, &key)) in times.iter().zip(keys).enumerate() {
+            let it = &items[i * ncols..(i + 1) * ncols];
+            let now = if refold.is_some() { out.st } else { t.max(out.st) };
+            // Windows containing t start at the multiples of advance in (t - size, t],
+            // newest first (the Python loops' order, so windows are created in it).
+            let mut start = t - t.rem_euclid(self.advance);
+            let low = t.checked_sub(self.size).ok_or(Bail)?;
+            let mut is_late = false;
+            while start > low {
+                let end = start.checked_add(self.size).ok_or(Bail)?;
+                start -= self.advance;
+                match refold {
+                    Some(pending) if !pending.contains(&end) => continue,
+                    Some(_) => {}
+                    None => {
+                        if end.checked_add(self.grace).ok_or(Bail)? <= now {
+                            is_late = true;
+                            continue;
+                        }
+                    }
+                }
+                let w = if end == cur_end {
+                    cur_w
+                } else {
+                    let w = match win_of.get(&end) {
+                        Some(&w) => w,
+                        None => {
+                            let existing = self.wins.get(end);
+                            let empty = existing.is_none_or(|w| w.len() == 0);
+                            match (refold.is_some(), existing.is_some()) {
+                                (true, false) => return Err(Bail),
+                                // the refold's first record into an empty window
+                                (true, true) if empty => out.firsts.push((end, i)),
+                                (false, false) => out.firsts.push((end, i)),
+                                _ => {}
+                            }
+                            touched.push(Touched { end, existed: existing.is_some() });
+                            win_of.insert(end, touched.len() - 1);
+                            touched.len() - 1
+                        }
+                    };
+                    (cur_end, cur_w) = (end, w);
+                    w
+                };
+                let s = match slot_of.get(&(w, key)) {
+                    Some(&s) => s,
+                    None => {
+                        let h = hash_key(key);
+                        let base = accs.len();
+                        accs.resize(base + width, Num::None);
+                        let found = if touched[w].existed {
+                            self.wins.get(end).and_then(|win| win.find(key, h).map(|r| (win, r)))
+                        } else {
+                            None
+                        };
+                        match found {
+                            Some((win, r)) => accs[base..]
+                                .copy_from_slice(&win.accs[r * width..(r + 1) * width]),
+                            None => shape.zero(&mut accs[base..]),
+                        }
+                        slots.push((w, i, found.map(|(_, r)| r), h));
+                        slot_of.insert((w, key), slots.len() - 1);
+                        slots.len() - 1
+                    }
+                };
+                shape.update(&mut accs[s * width..(s + 1) * width], it)?;
+            }
+            if refold.is_none() {
+                out.st = now;
+                if is_late {
+                    out.late.push(i);
+                }
+            }
+        }
+        for t in &touched {
+            if !t.existed {
+                self.wins.create(t.end);
+            }
+        }
+        for (s, &(w, rec, row, h)) in slots.iter().enumerate() {
+            let win = self.wins.get_mut(touched[w].end).ok_or(Bail)?;
+            let acc = &accs[s * width..(s + 1) * width];
+            let r = match row {
+                Some(r) => {
+                    win.accs[r * width..(r + 1) * width].copy_from_slice(acc);
+                    r
+                }
+                None => {
+                    if !win.push(keys[rec], h, acc) {
+                        return Err(Bail);
+                    }
+                    win.len() - 1
+                }
+            };
+            if refold.is_none() {
+                win.set_dirty(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The general path's columns (keys, event times, picked items) as the table's.
+    fn columns<'py>(
+        &self, keys: &'py Bound<'py, PyList>, times: &Bound<'py, PyList>,
+        items: &Bound<'py, PyList>,
+    ) -> R<(Vec<Bound<'py, PyBytes>>, Vec<i64>, Vec<Num>)> {
+        let n = keys.len();
+        if times.len() != n || items.len() != n {
+            return Err(Bail);
+        }
+        let mut ks = Vec::with_capacity(n);
+        let mut ts = Vec::with_capacity(n);
+        let mut xs = Vec::with_capacity(n * self.ncols);
+        for i in 0..n {
+            ks.push(keys.get_item(i).map_err(|_| Bail)?.cast_into_exact::<PyBytes>()
+                .map_err(|_| Bail)?);
+            let t = times.get_item(i).map_err(|_| Bail)?;
+            if !t.is_exact_instance_of::<PyInt>() {
+                return Err(Bail);
+            }
+            ts.push(t.extract::<i64>().map_err(|_| Bail)?);
+            if self.ncols == 0 {
+                continue;
+            }
+            let item = items.get_item(i).map_err(|_| Bail)?;
+            if self.shape.composite {
+                let parts = item.cast_exact::<PyList>().map_err(|_| Bail)?;
+                if parts.len() != self.shape.kinds.len() {
+                    return Err(Bail);
+                }
+                for (j, &k) in self.shape.kinds.iter().enumerate() {
+                    if k != COUNT {
+                        xs.push(num_of(&parts.get_item(j).map_err(|_| Bail)?)?);
+                    }
+                }
+            } else {
+                xs.push(num_of(&item)?);
+            }
+        }
+        Ok((ks, ts, xs))
+    }
+}
+
+#[pymethods]
+impl Table {
+    /// `kinds`: per aggregation "count", "sum", "min", "max" or "mean" (a dict of
+    /// them when `composite`); the window family's size, advance and grace.
+    #[new]
+    fn new(kinds: Vec<String>, composite: bool, size: i64, advance: i64, grace: i64)
+           -> PyResult<Self> {
+        let kinds: Vec<u8> = kinds.iter().map(|k| kind_of(k)).collect::<PyResult<_>>()?;
+        if kinds.is_empty() || (!composite && kinds.len() != 1) {
+            return Err(PyValueError::new_err("one kind, or a dict of at least one"));
+        }
+        if size <= 0 || advance <= 0 || grace < 0 {
+            return Err(PyValueError::new_err("size and advance must be > 0, grace >= 0"));
+        }
+        let shape = Shape::new(kinds, composite);
+        Ok(Table { ncols: shape.ncols(), shape, size, advance, grace, wins: Windows::default() })
+    }
+
+    /// The native fold of a batch (`folder` reads it); (late indices, their times,
+    /// stream time after it, [(end, first offset)] of the windows it created), or
+    /// None with nothing changed.
+    #[allow(clippy::type_complexity)]
+    fn fold<'py>(
+        &mut self, folder: PyRef<'py, Folder>, records: &Bound<'py, PyAny>, st0: i64,
+    ) -> PyResult<Option<(Bound<'py, PyList>, Bound<'py, PyList>, i64, Bound<'py, PyList>)>> {
+        let py = records.py();
+        let Ok(records) = records.cast::<PyList>() else { return Ok(None) };
+        if records.is_empty() {
+            return Ok(None);
+        }
+        if folder.ncols != self.ncols {
+            return Err(PyValueError::new_err("the folder's shape is not the table's"));
+        }
+        let Ok(batch) = folder.read(records) else { return Ok(None) };
+        let keys: Vec<&[u8]> = batch.keys.iter().map(|k| k.as_bytes()).collect();
+        let Ok(out) = self.fold_core(&keys, &batch.times, &batch.items, st0, None) else {
+            return Ok(None);
+        };
+        let firsts = PyList::empty(py);
+        for (end, rec) in out.firsts {
+            firsts.append((end, records.get_item(rec)?.getattr(intern!(py, "offset"))?))?;
+        }
+        let late_times = PyList::new(py, out.late.iter().map(|&i| batch.times[i]))?;
+        Ok(Some((PyList::new(py, out.late)?, late_times, out.st, firsts)))
+    }
+
+    /// The general path's batch (``FixedWindowState.add_batch``'s columns): (late
+    /// indices, stream time, [(end, index of its first record)]), or None with
+    /// nothing changed when an item is not an i64 or a float.
+    #[allow(clippy::type_complexity)]
+    fn add_items<'py>(
+        &mut self, keys: &Bound<'py, PyList>, times: &Bound<'py, PyList>,
+        items: &Bound<'py, PyList>, st0: i64,
+    ) -> PyResult<Option<(Vec<usize>, i64, Vec<(i64, usize)>)>> {
+        let Ok((ks, ts, xs)) = self.columns(keys, times, items) else { return Ok(None) };
+        let keys: Vec<&[u8]> = ks.iter().map(|k| k.as_bytes()).collect();
+        Ok(self.fold_core(&keys, &ts, &xs, st0, None).ok().map(|o| (o.late, o.st, o.firsts)))
+    }
+
+    /// ``FixedWindowState.refold``: the records folded into the `pending` windows
+    /// only; [(end, index of the record that is its first)], or None, unchanged.
+    fn refold<'py>(
+        &mut self, pending: Vec<i64>, keys: &Bound<'py, PyList>, times: &Bound<'py, PyList>,
+        items: &Bound<'py, PyList>,
+    ) -> PyResult<Option<Vec<(i64, usize)>>> {
+        let Ok((ks, ts, xs)) = self.columns(keys, times, items) else { return Ok(None) };
+        let keys: Vec<&[u8]> = ks.iter().map(|k| k.as_bytes()).collect();
+        let pending: FxHashSet<i64> = pending.into_iter().collect();
+        Ok(self.fold_core(&keys, &ts, &xs, 0, Some(&pending)).ok().map(|o| o.firsts))
+    }
+
+    /// `head` then the body `plan` says ([(end, first offset + 1 or 0, 0 recompute /
+    /// 1 every entry / 2 the dirty ones)]), encoded with the GIL released; None
+    /// when an accumulator has no native encoding (a float Min/Max).
+    fn encode<'py>(
+        &self, py: Python<'py>, head: &[u8], plan: Vec<(i64, u64, u8)>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let (shape, wins) = (&self.shape, &self.wins);
+        let got = py.detach(|| -> R<Vec<u8>> {
+            let mut out = Vec::with_capacity(head.len() + 64);
+            out.extend_from_slice(head);
+            let mut tmp = Vec::new();
+            codec::write_uvarint(&mut out, plan.len() as u64);
+            for &(end, first, mode) in &plan {
+                codec::write_svarint(&mut out, end);
+                codec::write_uvarint(&mut out, first);
+                if mode == PLAN_RECOMPUTE {
+                    out.push(RECOMPUTE);
+                    continue;
+                }
+                out.push(codec::STORED);
+                let win = wins.get(end).ok_or(Bail)?;
+                let rows = win.sorted_rows(mode == PLAN_DIRTY);
+                codec::write_uvarint(&mut out, rows.len() as u64);
+                let mut acc = Vec::new();
+                for r in rows {
+                    let r = r as usize;
+                    codec::write_bytes(&mut out, win.key(r));
+                    acc.clear();
+                    codec::encode_acc(&mut acc, shape,
+                                      &win.accs[r * shape.width..(r + 1) * shape.width], &mut tmp)?;
+                    codec::write_bytes(&mut out, &acc);
+                }
+            }
+            Ok(out)
+        });
+        Ok(got.ok().map(|v| PyBytes::new(py, &v)))
+    }
+
+    /// ``FixedWindowState.apply`` of a body, decoded with the GIL released:
+    /// [(end, first offset + 1 or 0, kind)] per window in it, or None with
+    /// nothing changed (something only Python reads, or a malformed body).
+    fn apply(&mut self, py: Python<'_>, body: &[u8], version: u8)
+             -> PyResult<Option<Vec<(i64, u64, u8)>>> {
+        let (shape, wins) = (&self.shape, &mut self.wins);
+        let width = shape.width;
+        Ok(py.detach(|| -> Option<Vec<(i64, u64, u8)>> {
+            codec::walk(shape, body, version, |_, _| {}).ok()?;
+            let mut events = Vec::new();
+            let mut cur = 0i64;
+            codec::walk(shape, body, version, |item, acc| match item {
+                Item::Window(end, first, kind) => {
+                    if kind == RECOMPUTE {
+                        wins.reset(end);
+                    } else {
+                        wins.create(end);
+                    }
+                    events.push((end, first, kind));
+                    cur = end;
+                }
+                Item::Entry(key) => {
+                    let win = wins.create(cur);
+                    let h = hash_key(key);
+                    match win.find(key, h) {
+                        Some(r) => win.accs[r * width..(r + 1) * width].copy_from_slice(acc),
+                        None => {
+                            win.push(key, h, acc);
+                        }
+                    }
+                }
+            }).ok()?;
+            Some(events)
+        }))
+    }
+
+    /// Windows touched since the last `clear_dirty` (Python's `dirty` keys).
+    fn dirty_ends(&self) -> Vec<i64> {
+        self.wins.by_end.iter().filter(|(_, w)| w.marked).map(|(&e, _)| e).collect()
+    }
+
+    fn clear_dirty(&mut self) {
+        self.wins.by_end.values_mut().for_each(Win::clear_dirty);
+    }
+
+    /// The window ends, in the order they were created.
+    fn ends(&self) -> Vec<i64> {
+        self.wins.order.clone()
+    }
+
+    /// Mark a window as touched without touching an entry (Python's
+    /// `dirty.setdefault(end, set())`).
+    fn mark(&mut self, end: i64) {
+        if let Some(w) = self.wins.get_mut(end) {
+            w.marked = true;
+        }
+    }
+
+    /// Drop a window (closed, or closed before a restore).
+    fn drop_window(&mut self, end: i64) {
+        self.wins.remove(end);
+    }
+
+    /// Take a closing window out; its results are built from it as they are asked for.
+    fn take(&mut self, end: i64) -> Option<ClosedWin> {
+        let win = self.wins.remove(end)?;
+        Some(ClosedWin { win, shape: self.shape.clone(), next: 0, popped: 0 })
+    }
+
+    /// Per window in order, (end, encoded bytes of its entries: all of them when
+    /// `exact` or few, else the first 8 scaled), as `FixedWindowState.groups`
+    /// counts them; None when an accumulator has no native encoding.
+    fn sizes(&self, exact: bool, sample: usize) -> Option<Vec<(i64, usize)>> {
+        let width = self.shape.width;
+        let (mut acc, mut tmp) = (Vec::new(), Vec::new());
+        let mut out = Vec::with_capacity(self.wins.order.len());
+        for &end in &self.wins.order {
+            let win = self.wins.get(end)?;
+            let n = win.len();
+            let take = if exact || n <= sample { n } else { sample };
+            let mut size = 0;
+            for r in 0..take {
+                acc.clear();
+                codec::encode_acc(&mut acc, &self.shape, &win.accs[r * width..(r + 1) * width],
+                                  &mut tmp).ok()?;
+                size += acc.len() + win.key(r).len();
+            }
+            out.push((end, if take == n { size } else { size * n / take }));
+        }
+        Some(out)
+    }
+
+    fn open_windows(&self) -> usize {
+        self.wins.by_end.values().map(Win::len).sum()
+    }
+
+    /// Distinct keys over the open windows (counted with the GIL released).
+    fn open_keys(&self, py: Python<'_>) -> usize {
+        let wins = &self.wins;
+        if wins.by_end.len() == 1 {
+            return self.open_windows();
+        }
+        py.detach(|| {
+            let mut seen: FxHashSet<&[u8]> = FxHashSet::default();
+            for w in wins.by_end.values() {
+                seen.extend((0..w.len()).map(|r| w.key(r)));
+            }
+            seen.len()
+        })
+    }
+
+    /// Bytes of memory the entries take (capacities).
+    fn nbytes(&self) -> usize {
+        self.wins.by_end.values().map(Win::nbytes).sum()
+    }
+
+    /// The table as `FixedWindowState`'s dicts, windows in their order: [(end,
+    /// {key: accumulator} in insertion order, the dirty keys or None)].
+    fn materialize<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        let width = self.shape.width;
+        for &end in &self.wins.order {
+            let Some(win) = self.wins.get(end) else { continue };
+            let d = PyDict::new(py);
+            let dirty = PySet::empty(py)?;
+            for r in 0..win.len() {
+                let key = PyBytes::new(py, win.key(r));
+                d.set_item(&key, self.shape.new_acc(py, &win.accs[r * width..(r + 1) * width])?)?;
+                if win.is_dirty(r) {
+                    dirty.add(&key)?;
+                }
+            }
+            if win.marked {
+                out.append((end, d, dirty))?;
+            } else {
+                out.append((end, d, py.None()))?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A closed window's entries, read as `core.closing.fixed_windows` reads a
+/// window's dict: its length, its keys, `pop(key)` for the accumulator.
+#[pyclass(module = "streamremat_native")]
+pub struct ClosedWin {
+    win: Win,
+    shape: Shape,
+    next: usize,
+    popped: usize,
+}
+
+#[pymethods]
+impl ClosedWin {
+    fn __len__(&self) -> usize {
+        self.win.len() - self.popped
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&mut self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        if self.next >= self.win.len() {
+            return None;
+        }
+        self.next += 1;
+        Some(PyBytes::new(py, self.win.key(self.next - 1)))
+    }
+
+    /// The accumulator of `key`, as the Python state holds it.
+    fn pop<'py>(&mut self, py: Python<'py>, key: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        let Some(r) = self.win.find(key, hash_key(key)) else {
+            return Err(PyKeyError::new_err(key.to_vec()));
+        };
+        self.popped += 1;
+        let w = self.shape.width;
+        self.shape.new_acc(py, &self.win.accs[r * w..(r + 1) * w])
+    }
+}
