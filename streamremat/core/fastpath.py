@@ -139,7 +139,8 @@ class FastPath:
                     list(self.kinds), list(fields), time_field, decode, composite, hopping)
             except ValueError:  # a shape it doesn't take (e.g. many fields)
                 self.native = None
-        if self.native is not None and native_state_enabled and not state.windows:
+        if (self.native is not None and native_module is not None and native_state_enabled
+                and not state.windows):
             # the entries in the native table (core/native_state.py), not in dicts
             table = native_module.Table(list(self.kinds), composite, state.size,
                                         state.advance, state.grace)

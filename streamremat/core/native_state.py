@@ -139,6 +139,8 @@ class NativeWindowState(FixedWindowState):
     # -- checkpoints ---------------------------------------------------------------
 
     def encode(self, full: bool, recompute: Collection[int] = ()) -> bytes:
+        if self.table is None:
+            return super().encode(full, recompute)
         return self.encode_after(b"", full, recompute)
 
     def encode_after(self, head: bytes, full: bool, recompute: Collection[int] = ()) -> bytes:

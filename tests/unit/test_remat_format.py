@@ -12,6 +12,7 @@ import pytest
 from streamremat import JSON, Collect, Count, Operator, Session, Tumbling
 from streamremat.core.codec import write_bytes, write_svarint, write_uvarint
 from streamremat.core.exceptions import ConfigError
+from streamremat.core.native_state import NativeWindowState
 from streamremat.core.records import Record
 from streamremat.core.task import STATE_MAGIC, Task, state_fingerprint
 from streamremat.testing import driver_plan_inputs
@@ -89,6 +90,8 @@ def test_version_1_checkpoints_restore_with_unknown_first_offsets() -> None:
     original.process(records[:30])
     # A version 1 body: per window end, (key, accumulator) pairs, no offsets.
     body = bytearray()
+    if isinstance(original.state, NativeWindowState):
+        original.state.to_python()  # its entries in the dicts read below
     windows = original.state.windows  # type: ignore[attr-defined]
     write_uvarint(body, len(windows))
     for end in sorted(windows):
