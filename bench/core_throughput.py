@@ -18,9 +18,11 @@ timing and fed in batches of ``--batch`` (default 1000, like the worker's
 
 All but the session and custom scenarios take the batch fast path
 (``streamremat/core/fastpath.py``), natively where ``streamremat_native`` is
-built (``native/``). ``--path`` picks one path: ``native``, ``fast`` (the Python
-fast path), ``pure`` (the general path); ``all`` (the default) runs each scenario
-every available way, alternating, best of two, with the ratios.
+built (``native/``). ``--path`` picks one path: ``table`` (the native fold into
+the native state table, ``core/native_state.py``: the default where it is
+built), ``native`` (the native fold into the Python state's dicts), ``fast`` (the
+Python fast path), ``pure`` (the general path); ``all`` (the default) runs each
+scenario every available way, alternating, best of two, with the ratios.
 
 ``--split`` prints the native path's per-record cost split for the goal scenario:
 attribute extraction (key, value, timestamp of each record), JSON parse and pick,
@@ -126,22 +128,23 @@ SCENARIOS: dict[str, tuple[int, Callable[[], Operator]]] = {
 }
 
 
-PATHS = ("native", "fast", "pure")
+PATHS = ("table", "native", "fast", "pure")
 
 
 def available_paths() -> tuple[str, ...]:
-    return PATHS if fastpath.native_module is not None else PATHS[1:]
+    return PATHS if fastpath.native_module is not None else PATHS[2:]
 
 
-def run(op: Operator, batches: list[list[Record]], path: str = "native") -> tuple[float, int, int]:
+def run(op: Operator, batches: list[list[Record]], path: str = "table") -> tuple[float, int, int]:
     """Feed the batches through a fresh task; return (seconds, results, late)."""
-    enabled, native = fastpath.enabled, fastpath.native_enabled
+    saved = fastpath.enabled, fastpath.native_enabled, fastpath.native_state_enabled
     fastpath.enabled = path != "pure"
-    fastpath.native_enabled = path == "native"
+    fastpath.native_enabled = path in ("table", "native")
+    fastpath.native_state_enabled = path == "table"
     try:
         task = Task(op)
     finally:
-        fastpath.enabled, fastpath.native_enabled = enabled, native
+        fastpath.enabled, fastpath.native_enabled, fastpath.native_state_enabled = saved
     results = late = 0
     gc.collect()
     # CPU time of this (single-threaded) process: the machine is shared, and time
@@ -187,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the native per-record cost split of the goal scenario")
     args = parser.parse_args(argv)
     n = SMALL_EVENTS if args.small else args.events
-    if args.path == "native" and fastpath.native_module is None:
-        parser.error("--path native: streamremat_native is not built (make venv, with cargo)")
+    if args.path in ("table", "native") and fastpath.native_module is None:
+        parser.error(f"--path {args.path}: streamremat_native is not built (make venv, with "
+                     "cargo)")
     if args.split:
         print(json.dumps({"bench": "core_throughput", "split_ns_per_record": split(n, args.batch)}))
         return 0
@@ -229,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                 best[path] = max(best[path], n / run(make(), batches, path)[0])
         summary[name] = round(max(best.values()))
         row: dict[str, Any] = {p: round(v) for p, v in best.items()}
-        for a, b in (("native", "fast"), ("native", "pure"), ("fast", "pure")):
+        for a, b in (("table", "native"), ("table", "pure"), ("native", "fast"),
+                     ("native", "pure"), ("fast", "pure")):
             if a in best:
                 row[f"{a}_over_{b}"] = round(best[a] / best[b], 3)
         by_path[name] = row
@@ -258,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
 def split(n: int, batch: int) -> dict[str, float]:
     """Per record, ns of CPU: the native pass 1 reading only the attributes (a raw
     count reads key and timestamp; the value is read too for the JSON parse), the
-    pass 1 with the parse and pick, the whole fold, and ``Task.process`` around it."""
+    pass 1 with the parse and pick, the whole fold (into the native table), and
+    ``Task.process`` around it."""
     assert fastpath.native_module is not None, "streamremat_native is not built"
     n_keys, make = SCENARIOS[GOAL_SCENARIO]
     records = build_records(n, n_keys)
@@ -287,7 +293,7 @@ def split(n: int, batch: int) -> dict[str, float]:
     read = cpu(lambda: with_value.read_only)
     picked = cpu(lambda: parse.read_only)
     folded = cpu(fold_only)
-    total = min(run(make(), batches, "native")[0] for _ in range(3)) / n * 1e9
+    total = min(run(make(), batches, "table")[0] for _ in range(3)) / n * 1e9
     return {
         "key_timestamp_attributes": round(key_ts, 1),
         "value_attribute_and_json_validate": round(read - key_ts, 1),

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from streamremat.core import fastpath
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -33,7 +35,7 @@ def test_core_throughput_small() -> None:
     by_path = summary["by_path"]
     row = by_path["tumbling_count_sum_1k_keys"]
     assert isinstance(row, dict) and row["pure"] > 0 and row["fast"] > 0
-    assert ("native" in row) == summary["native_built"]
+    assert ("native" in row) == ("table" in row) == summary["native_built"]
     assert summary["goals"] == {"tumbling_count_sum_1k_keys": 4_000_000}
     assert isinstance(summary["goals_met"], dict)
 
@@ -63,9 +65,16 @@ def test_remat_sweep_small() -> None:
 def test_state_scale_small() -> None:
     summary = _last_json(["bench/state_scale.py", "--small"])
     runs = summary["runs"]
-    assert isinstance(runs, dict) and set(runs) == {"count_sum_20000", "collect_2000x10"}
+    assert isinstance(runs, dict) and set(runs) == {
+        "count_sum_20000_table", "count_sum_20000_dicts", "collect_2000x10"}
     for row in runs.values():
         assert row["memory_bytes_per_entry"] > 0 and row["checkpoint_bytes"] > 0
-    big = runs["count_sum_20000"]
-    # the loop turned while the checkpoint and the restore ran (a count, not a timing)
-    assert big["checkpoint_ticks"] > 1 and big["restore_ticks"] > 1
+    # the native table where it is built, the same checkpoint bytes either way
+    native = fastpath.native_module is not None and fastpath.native_enabled
+    assert runs["count_sum_20000_table"]["native_table"] is native
+    assert runs["count_sum_20000_dicts"]["native_table"] is False
+    assert (runs["count_sum_20000_table"]["checkpoint_bytes"]
+            == runs["count_sum_20000_dicts"]["checkpoint_bytes"])
+    for big in (runs["count_sum_20000_table"], runs["count_sum_20000_dicts"]):
+        # the loop turned while the checkpoint and the restore ran (a count, not a timing)
+        assert big["checkpoint_ticks"] > 1 and big["restore_ticks"] > 1
