@@ -80,6 +80,14 @@ impl Win {
         true
     }
 
+    /// Room for `n` more rows (a restore knows how many come).
+    pub fn reserve(&mut self, n: usize, width: usize) {
+        self.idx.reserve(n);
+        self.kstart.reserve(n);
+        self.accs.reserve(n * width);
+        self.dirty.reserve(n / 64 + 1);
+    }
+
     pub fn set_dirty(&mut self, row: usize) {
         self.dirty[row / 64] |= 1 << (row % 64);
         self.marked = true;

@@ -12,6 +12,7 @@
 //! insert keys into a window's dict).
 
 use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList, PySet};
@@ -180,11 +181,11 @@ impl Table {
 
     /// The general path's columns (keys, event times, picked items) as the table's.
     fn columns<'py>(
-        &self, keys: &'py Bound<'py, PyList>, times: &Bound<'py, PyList>,
-        items: &Bound<'py, PyList>,
+        &self, keys: &Bound<'py, PyList>, times: &Bound<'py, PyList>,
+        items: Option<&Bound<'py, PyList>>,
     ) -> R<(Vec<Bound<'py, PyBytes>>, Vec<i64>, Vec<Num>)> {
         let n = keys.len();
-        if times.len() != n || items.len() != n {
+        if times.len() != n || items.is_some_and(|x| x.len() != n) {
             return Err(Bail);
         }
         let mut ks = Vec::with_capacity(n);
@@ -198,9 +199,7 @@ impl Table {
                 return Err(Bail);
             }
             ts.push(t.extract::<i64>().map_err(|_| Bail)?);
-            if self.ncols == 0 {
-                continue;
-            }
+            let Some(items) = items.filter(|_| self.ncols > 0) else { continue };
             let item = items.get_item(i).map_err(|_| Bail)?;
             if self.shape.composite {
                 let parts = item.cast_exact::<PyList>().map_err(|_| Bail)?;
@@ -274,7 +273,35 @@ impl Table {
         &mut self, keys: &Bound<'py, PyList>, times: &Bound<'py, PyList>,
         items: &Bound<'py, PyList>, st0: i64,
     ) -> PyResult<Option<(Vec<usize>, i64, Vec<(i64, usize)>)>> {
-        let Ok((ks, ts, xs)) = self.columns(keys, times, items) else { return Ok(None) };
+        let Ok((ks, ts, xs)) = self.columns(keys, times, Some(items)) else { return Ok(None) };
+        let keys: Vec<&[u8]> = ks.iter().map(|k| k.as_bytes()).collect();
+        Ok(self.fold_core(&keys, &ts, &xs, st0, None).ok().map(|o| (o.late, o.st, o.firsts)))
+    }
+
+    /// The Python fast path's columns (keys, event times, one list of items per
+    /// aggregation that reads one), as `add_items`.
+    #[allow(clippy::type_complexity)]
+    fn add_columns<'py>(
+        &mut self, keys: &Bound<'py, PyList>, times: &Bound<'py, PyList>,
+        columns: &Bound<'py, PyList>, st0: i64,
+    ) -> PyResult<Option<(Vec<usize>, i64, Vec<(i64, usize)>)>> {
+        let n = keys.len();
+        let cols: Vec<Bound<'py, PyList>> = match columns.iter()
+            .map(|c| c.cast_into_exact::<PyList>()).collect::<Result<_, _>>() {
+            Ok(c) => c,
+            Err(_) => return Ok(None),
+        };
+        if cols.len() != self.ncols || cols.iter().any(|c| c.len() != n) {
+            return Ok(None);
+        }
+        let mut xs = Vec::with_capacity(n * self.ncols);
+        for i in 0..n {
+            for c in &cols {
+                let Ok(x) = num_of(&c.get_item(i)?) else { return Ok(None) };
+                xs.push(x);
+            }
+        }
+        let Ok((ks, ts, _)) = self.columns(keys, times, None) else { return Ok(None) };
         let keys: Vec<&[u8]> = ks.iter().map(|k| k.as_bytes()).collect();
         Ok(self.fold_core(&keys, &ts, &xs, st0, None).ok().map(|o| (o.late, o.st, o.firsts)))
     }
@@ -285,7 +312,7 @@ impl Table {
         &mut self, pending: Vec<i64>, keys: &Bound<'py, PyList>, times: &Bound<'py, PyList>,
         items: &Bound<'py, PyList>,
     ) -> PyResult<Option<Vec<(i64, usize)>>> {
-        let Ok((ks, ts, xs)) = self.columns(keys, times, items) else { return Ok(None) };
+        let Ok((ks, ts, xs)) = self.columns(keys, times, Some(items)) else { return Ok(None) };
         let keys: Vec<&[u8]> = ks.iter().map(|k| k.as_bytes()).collect();
         let pending: FxHashSet<i64> = pending.into_iter().collect();
         Ok(self.fold_core(&keys, &ts, &xs, 0, Some(&pending)).ok().map(|o| o.firsts))
@@ -326,14 +353,16 @@ impl Table {
             }
             Ok(out)
         });
-        Ok(got.ok().map(|v| PyBytes::new(py, &v)))
+        let Ok(v) = got else { return Ok(None) };
+        bytes_without_gil(py, &v).map(Some)
     }
 
-    /// ``FixedWindowState.apply`` of a body, decoded with the GIL released:
-    /// [(end, first offset + 1 or 0, kind)] per window in it, or None with
-    /// nothing changed (something only Python reads, or a malformed body).
-    fn apply(&mut self, py: Python<'_>, body: &[u8], version: u8)
+    /// ``FixedWindowState.apply`` of the body at `start` of `payload`, decoded with
+    /// the GIL released: [(end, first offset + 1 or 0, kind)] per window in it, or
+    /// None with nothing changed (something only Python reads, or a malformed body).
+    fn apply(&mut self, py: Python<'_>, payload: &[u8], start: usize, version: u8)
              -> PyResult<Option<Vec<(i64, u64, u8)>>> {
+        let Some(body) = payload.get(start..) else { return Ok(None) };
         let (shape, wins) = (&self.shape, &mut self.wins);
         let width = shape.width;
         Ok(py.detach(|| -> Option<Vec<(i64, u64, u8)>> {
@@ -341,11 +370,11 @@ impl Table {
             let mut events = Vec::new();
             let mut cur = 0i64;
             codec::walk(shape, body, version, |item, acc| match item {
-                Item::Window(end, first, kind) => {
+                Item::Window(end, first, kind, n) => {
                     if kind == RECOMPUTE {
                         wins.reset(end);
                     } else {
-                        wins.create(end);
+                        wins.create(end).reserve(usize::try_from(n).unwrap_or(0), width);
                     }
                     events.push((end, first, kind));
                     cur = end;
@@ -468,6 +497,25 @@ impl Table {
             }
         }
         Ok(out)
+    }
+}
+
+/// A bytes object holding `v`, copied into it with the GIL released (a
+/// checkpoint of millions of entries is tens of MB).
+fn bytes_without_gil<'py>(py: Python<'py>, v: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+    let len = ffi::Py_ssize_t::try_from(v.len())
+        .map_err(|_| PyValueError::new_err("state too large"))?;
+    // SAFETY: a new bytes object of `len` bytes, not yet shared with anyone, is
+    // filled before it is handed out; its buffer stays put while we hold it.
+    unsafe {
+        let obj = ffi::PyBytes_FromStringAndSize(std::ptr::null(), len);
+        if obj.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        let owned = Bound::from_owned_ptr(py, obj);
+        let dst = ffi::PyBytes_AsString(obj) as usize;
+        py.detach(|| std::ptr::copy_nonoverlapping(v.as_ptr(), dst as *mut u8, v.len()));
+        Ok(owned.cast_into_unchecked::<PyBytes>())
     }
 }
 

@@ -176,8 +176,8 @@ pub fn decode_acc(shape: &Shape, data: &[u8], out: &mut [Num]) -> R<()> {
 
 /// What a window state body holds, in order.
 pub enum Item<'a> {
-    /// (end, first offset + 1 or 0, kind)
-    Window(i64, u64, u8),
+    /// (end, first offset + 1 or 0, kind, number of entries that follow)
+    Window(i64, u64, u8, u64),
     /// a key; its accumulator is the sink's second argument
     Entry(&'a [u8]),
 }
@@ -201,15 +201,15 @@ pub fn walk<'a>(
                 if first == 0 {
                     return Err(Bail);
                 }
-                sink(Item::Window(end, first, RECOMPUTE), &[]);
+                sink(Item::Window(end, first, RECOMPUTE, 0), &[]);
                 continue;
             }
             if kind != STORED {
                 return Err(Bail);
             }
         }
-        sink(Item::Window(end, first, STORED), &[]);
         let keys = read_uvarint(body, &mut pos)?;
+        sink(Item::Window(end, first, STORED, keys), &[]);
         for _ in 0..keys {
             let key = read_bytes(body, &mut pos)?;
             let raw = read_bytes(body, &mut pos)?;

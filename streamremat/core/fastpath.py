@@ -187,17 +187,20 @@ class FastPath:
         if not records:  # all skipped by the replay horizon: nothing to prove
             return None
         state = self.state
-        if type(state) is NativeWindowState and state.table is not None:
-            # the table's own fold; a batch it declines goes the general way
-            # (add_batch), never into the dicts the Python fold writes
-            if self.native is None:
-                return None
-            table_got = state.fold_native(self.native, _listed(records))
-            return None if table_got is None else (table_got[0], table_got[1], [])
+        # the native table (core/native_state.py): its own folds, never the dicts'
+        table = type(state) is NativeWindowState and state.table is not None
         if self.native is not None:
-            got = self.native.fold(state, _listed(records))
-            if got is not None:
-                return got[0], got[1], []
+            if table:
+                assert isinstance(state, NativeWindowState)
+                table_got = state.fold_native(self.native, _listed(records))
+                if table_got is not None:
+                    return table_got[0], table_got[1], []
+            else:
+                got = self.native.fold(state, _listed(records))
+                if got is not None:
+                    return got[0], got[1], []
+        elif table:
+            return None
         if self._fold is None:
             return None
         keys = list(map(_KEY, records))
@@ -240,6 +243,12 @@ class FastPath:
             return None
         if not set(map(type, times)) <= _INTS or min(times) < 0:
             return None
+        if table:  # the Python proof took it: the table folds the columns
+            assert isinstance(state, NativeWindowState)
+            got_late = state.fold_columns(records, keys, times, columns)
+            if got_late is not None:
+                return got_late, [times[i] for i in got_late], []
+            state.to_python()  # a number only Python folds exactly
         late: list[int] = []
         failed: list[Failure] = []
         self._fold(self.state, records, keys, times, columns, late, failed)

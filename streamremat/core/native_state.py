@@ -82,6 +82,18 @@ class NativeWindowState(FixedWindowState):
             self.firsts[end] = offset
         return late, late_times
 
+    def fold_columns(self, srcs: Sequence[SourceRecord], keys: list[bytes], times: list[int],
+                     columns: list[list[Any]]) -> list[int] | None:
+        """The Python fast path's proven columns folded by the table (``FastPath.fold``,
+        for a batch the native reader declined): the late indices, or None, unchanged."""
+        got = self.table.add_columns(keys, times, columns, self.stream_time)
+        if got is None:
+            return None
+        late, self.stream_time, firsts = got
+        for end, i in firsts:
+            self.firsts[end] = srcs[i].offset
+        return cast(list[int], late)
+
     def add_batch(
         self, srcs: list[SourceRecord], keys: list[bytes], times: list[int], items: list[Any],
         failed: list[Failure],
@@ -177,8 +189,15 @@ class NativeWindowState(FixedWindowState):
         return cast(bytes, out)
 
     def apply(self, body: bytes, version: int) -> None:
+        if self.table is None:
+            super().apply(body, version)
+            return
+        self.apply_at(bytes(body), 0, version)
+
+    def apply_at(self, payload: bytes, start: int, version: int) -> None:
         if self.table is not None:
-            events = self.table.apply(bytes(body), version)
+            raw = payload if type(payload) is bytes else bytes(payload)
+            events = self.table.apply(raw, start, version)
             if events is not None:
                 for end, mark, kind in events:
                     first = mark - 1 if mark else None
@@ -189,7 +208,7 @@ class NativeWindowState(FixedWindowState):
                         self.firsts[end] = first
                 return
             self.to_python()  # Python reads it (and says what is wrong, if anything)
-        super().apply(body, version)
+        FixedWindowState.apply(self, payload[start:], version)
 
     def after_restore(self) -> None:
         if self.table is None:

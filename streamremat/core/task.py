@@ -290,14 +290,16 @@ class Task:
             raise StateFormatError("nothing to restore from")
         task = cls(operator, partition)
         for i, payload in enumerate(payloads):
-            kind, body = task._read_header(payload)
+            kind, start = task._read_header(payload)
             if (i == 0) != (kind == FULL):
                 raise StateFormatError("a restore chain is one full snapshot, then deltas")
-            task.state.apply(body, payload[3])
+            task.state.apply_at(payload, start, payload[3])
         task.state.after_restore()
         return task
 
-    def _read_header(self, payload: bytes) -> tuple[bytes, bytes]:
+    def _read_header(self, payload: bytes) -> tuple[bytes, int]:
+        """Check the header and set the task's fields from it; (kind, where the
+        window state's body starts)."""
         if payload[:3] != STATE_MAGIC:
             raise StateFormatError("not a streamremat task state")
         if payload[3] not in READABLE_VERSIONS:
@@ -321,7 +323,7 @@ class Task:
         self.state.stream_time = st
         self.state.closed_through = closed
         self.next_offset = None if nxt == 0 else nxt - 1
-        return kind, payload[pos:]
+        return kind, pos
 
     def open_windows(self) -> int:
         return self.state.open_windows()

@@ -120,6 +120,11 @@ class WindowState:
         current state."""
         raise NotImplementedError
 
+    def apply_at(self, payload: bytes, start: int, version: int) -> None:
+        """``apply`` of the body at ``start`` of ``payload`` (a state may read it in
+        place: a checkpoint of millions of entries is tens of MB to copy)."""
+        self.apply(payload[start:], version)
+
     def groups(self) -> list[Group]:
         """The open groups (pending ones excluded: they are recomputed anyway)."""
         return []
