@@ -8,6 +8,11 @@
 //! `extra` by its bytes, so lookups are exact. Rows stay in insertion order (the
 //! order a Python dict of the window would iterate), and a window is dropped
 //! whole when it closes: nothing is ever removed from one.
+//!
+//! Memory per entry is what the layout is for: the index keys by 32 bits of
+//! the hash (9 bytes a bucket), and the vectors grow by a quarter instead of
+//! doubling (large ones are moved by `mremap`, not copied), so a window of
+//! millions of entries holds ~10 % slack rather than up to 100 %.
 
 use std::collections::BTreeMap;
 use std::hash::Hasher;
@@ -24,9 +29,17 @@ pub fn hash_key(key: &[u8]) -> u64 {
     h.finish()
 }
 
+/// Room for `more` items in `v`, growing it by at least a quarter.
+#[inline]
+fn grow<T>(v: &mut Vec<T>, more: usize) {
+    if v.len() + more > v.capacity() {
+        v.reserve_exact(more.max(v.capacity() / 4).max(16));
+    }
+}
+
 #[derive(Default)]
 pub struct Win {
-    idx: FxHashMap<u64, u32>,
+    idx: FxHashMap<u32, u32>,
     extra: FxHashMap<Box<[u8]>, u32>,
     kstart: Vec<u32>,
     blob: Vec<u8>,
@@ -48,7 +61,7 @@ impl Win {
     }
 
     pub fn find(&self, key: &[u8], h: u64) -> Option<usize> {
-        let &row = self.idx.get(&h)?;
+        let &row = self.idx.get(&(h as u32))?;
         if self.key(row as usize) == key {
             return Some(row as usize);
         }
@@ -63,13 +76,17 @@ impl Win {
         if u32::try_from(self.blob.len() + key.len()).is_err() {
             return false;
         }
+        grow(&mut self.kstart, 1);
         self.kstart.push(start);
+        grow(&mut self.blob, key.len());
         self.blob.extend_from_slice(key);
+        grow(&mut self.accs, acc.len());
         self.accs.extend_from_slice(acc);
         if row as usize % 64 == 0 {
+            grow(&mut self.dirty, 1);
             self.dirty.push(0);
         }
-        match self.idx.entry(h) {
+        match self.idx.entry(h as u32) {
             std::collections::hash_map::Entry::Vacant(v) => {
                 v.insert(row);
             }
@@ -113,7 +130,7 @@ impl Win {
 
     /// Bytes held (capacities), for the metrics.
     pub fn nbytes(&self) -> usize {
-        let per_idx = std::mem::size_of::<(u64, u32)>() + 1;
+        let per_idx = std::mem::size_of::<(u32, u32)>() + 1;
         self.idx.capacity() * per_idx
             + self.extra.iter().map(|(k, _)| k.len() + 32).sum::<usize>()
             + self.kstart.capacity() * 4

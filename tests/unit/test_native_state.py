@@ -281,7 +281,7 @@ def test_encode_and_restore_let_the_gil_go() -> None:
 
     def restore() -> None:
         fresh = _build(lambda: Task(op), "table").state
-        assert fresh.table.apply(body, 2) is not None  # type: ignore[attr-defined]
+        assert fresh.table.apply(body, 0, 2) is not None  # type: ignore[attr-defined]
 
     assert work(restore) > 10
     assert Task.restore(op, 0, [payload]).snapshot(full=True) == task.snapshot(full=True)
