@@ -16,6 +16,7 @@ mod raw;
 mod store;
 mod table;
 mod table_codec;
+mod table_fold;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};

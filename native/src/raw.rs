@@ -379,5 +379,8 @@ pub fn fold<'py>(
         // all left out by the horizon: nothing changes (as the general path's empty batch)
         return Ok(Some((PyList::empty(py), PyList::empty(py))));
     }
+    if let Some(got) = crate::table::fold_raw_batch(state, &b)? {
+        return Ok(got); // the state's entries are in the native table (table.rs)
+    }
     folder.fold_batch(state, &b, None)
 }
