@@ -14,6 +14,9 @@ installed, a batch goes to its ``Folder.fold`` first: the same proof and fold
 numbers it can't fold exactly as Python, e.g. ints past 64 bits, make it decline),
 into the same ``FixedWindowState`` dicts, with nothing touched when it declines.
 A declined batch goes on as below. ``STREAMREMAT_NATIVE=0`` turns it off.
+There the state itself is native too (``core/native_state.py``: the entries in a
+``Table``, not in dicts; ``STREAMREMAT_NATIVE_STATE=0`` keeps the dicts): the
+native fold, and the Python fold's proven columns, go into the table.
 
 How a batch goes in Python (``FastPath.fold``):
 
