@@ -1,7 +1,9 @@
 //! streamremat's batch fast path in native code: `Folder` folds a whole batch
 //! of a fast-path shape into a `FixedWindowState` (see `fold.rs`); `scan_json`
 //! exposes the JSON scanner to the tests that hold it to orjson; `partition_indexes`
-//! is Kafka's default partitioner for a batch of keys (see `murmur.rs`).
+//! is Kafka's default partitioner for a batch of keys (see `murmur.rs`); `Table`
+//! holds a fast-path shape's state itself, no Python object per entry (see
+//! `table.rs`, `core/native_state.py`).
 
 mod accs;
 mod attrs;
