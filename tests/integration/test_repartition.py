@@ -16,6 +16,11 @@ import orjson
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import RecordsToDelete
+from aiokafka.errors import (
+    CoordinatorLoadInProgressError,
+    GroupCoordinatorNotAvailableError,
+    NotCoordinatorError,
+)
 
 from streamremat import App, Count, Operator, Sum, Tumbling
 from streamremat.core.topology import repartition_topic
@@ -120,7 +125,11 @@ async def wait_forwarded(bootstrap: str, group: str, source: str, task: asyncio.
     deadline = time.monotonic() + timeout_s
     async with admin_client(bootstrap) as admin:
         while True:
-            found = await admin.list_consumer_group_offsets(group)
+            try:
+                found = await admin.list_consumer_group_offsets(group)
+            except (GroupCoordinatorNotAvailableError, CoordinatorLoadInProgressError,
+                    NotCoordinatorError):
+                found = {}  # retriable: the group's coordinator is still loading or moving
             done = {tp.partition: om.offset for tp, om in found.items() if tp.topic == source}
             if all(done.get(p, -1) >= end for p, end in ends.items()):
                 return
