@@ -76,5 +76,10 @@ def test_state_scale_small() -> None:
     assert (runs["count_sum_20000_table"]["checkpoint_bytes"]
             == runs["count_sum_20000_dicts"]["checkpoint_bytes"])
     for big in (runs["count_sum_20000_table"], runs["count_sum_20000_dicts"]):
-        # the loop turned while the checkpoint and the restore ran (a count, not a timing)
-        assert big["checkpoint_ticks"] > 1 and big["restore_ticks"] > 1
+        # The ticker ran beside both. How often it turned is a timing: CI saw a
+        # 20k-entry table restore within one 10 ms tick. That the work lets the
+        # loop turn is proven speed-free by test_native_state.py::
+        # test_encode_and_restore_let_the_gil_go.
+        for ticks in (big["checkpoint_ticks"], big["restore_ticks"]):
+            assert isinstance(ticks, int) and ticks >= 0
+        assert big["checkpoint_stall_ms"] >= 0 and big["restore_stall_ms"] >= 0
