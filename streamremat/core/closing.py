@@ -52,7 +52,35 @@ def in_order(items: Iterable[_T], count: int, key: Callable[[_T], Any] | None = 
         yield piece
 
 
-class ClosedWindows(Sequence[WindowResult]):
+class _BuiltLazily(Sequence[WindowResult]):
+    """A list of results built when first read (``_all``): read as a sequence,
+    equal to a list of the same results or to another of its kind."""
+
+    def _all(self) -> list[WindowResult]:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[WindowResult]:
+        return iter(self._all())
+
+    @overload
+    def __getitem__(self, index: int) -> WindowResult: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[WindowResult]: ...
+    def __getitem__(self, index: int | slice) -> WindowResult | list[WindowResult]:
+        return self._all()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, type(self)):
+            return self._all() == other._all()
+        return isinstance(other, list) and self._all() == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._all()!r})"
+
+
+class ClosedWindows(_BuiltLazily):
     """The results of the windows one batch closed, in order (``(close time,
     start, key)``), built from ``slices`` as they are needed.
 
@@ -110,25 +138,6 @@ class ClosedWindows(Sequence[WindowResult]):
     def __len__(self) -> int:
         return len(self._all())
 
-    def __iter__(self) -> Iterator[WindowResult]:
-        return iter(self._all())
-
-    @overload
-    def __getitem__(self, index: int) -> WindowResult: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[WindowResult]: ...
-    def __getitem__(self, index: int | slice) -> WindowResult | list[WindowResult]:
-        return self._all()[index]
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, ClosedWindows):
-            return self._all() == other._all()
-        return isinstance(other, list) and self._all() == other
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"ClosedWindows({self._all()!r})"
 
 
 #: a closing that closed nothing (nothing to take: safe to share)
@@ -154,7 +163,7 @@ def _fixed_slices(closing: list[tuple[int, dict[bytes, Any]]], result: Callable[
             yield FixedSlice(start, end, keys, [pop(key) for key in keys], result, failed)
 
 
-class FixedSlice(Sequence[WindowResult]):
+class FixedSlice(_BuiltLazily):
     """One slice of a closed tumbling/hopping window: its keys and accumulators,
     whose results are built when first read. The runtime may encode the
     accumulators for the sink without building them (``encoded``). ``bool`` is
@@ -209,25 +218,6 @@ class FixedSlice(Sequence[WindowResult]):
     def __len__(self) -> int:
         return len(self.keys) if self._encoded else len(self._all())
 
-    def __iter__(self) -> Iterator[WindowResult]:
-        return iter(self._all())
-
-    @overload
-    def __getitem__(self, index: int) -> WindowResult: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[WindowResult]: ...
-    def __getitem__(self, index: int | slice) -> WindowResult | list[WindowResult]:
-        return self._all()[index]
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, FixedSlice):
-            return self._all() == other._all()
-        return isinstance(other, list) and self._all() == other
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"FixedSlice({self._all()!r})"
 
 
 def closed_windows(closed: list[Closed], result: Callable[[Any], Any],
