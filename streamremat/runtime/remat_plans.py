@@ -85,7 +85,7 @@ async def broker_samples(consumer: Any, tp: TopicPartition, retention_s: float |
     end offset. None on any error (the bound then learns from its own samples)."""
     if retention_s is None or math.isinf(retention_s) or not hasattr(consumer,
                                                                      "offsets_for_times"):
-        return []  # unlimited; or the faust bridge's positioner, which lists no offsets
+        return []  # unlimited; or a consumer that lists no offsets
     step = retention_s / SEED_SAMPLES
     walls = [now_s - retention_s + step * k for k in range(1, SEED_SAMPLES + 1)]
     try:

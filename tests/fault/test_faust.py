@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections import Counter
 
@@ -29,7 +30,14 @@ from aiokafka import AIOKafkaProducer
 from streamremat.integrations.faust import H_IDEMPOTENCY
 from streamremat.metrics.dashboard import dashboard_queries, metric_names
 from streamremat.runtime.client import KafkaClientConfig
-from streamremat.runtime.kafka import ConsumedRecord, consume_all
+from streamremat.runtime.kafka import (
+    ConsumedRecord,
+    TopicSpec,
+    consume_all,
+    create_topics,
+    delete_topics,
+)
+from streamremat.runtime.outputs import H_LATE_REASON, H_REASON, H_SOURCE, H_STAGE
 from tests.expect import Result, diff_report, results_of
 from tests.fault.apps import OPERATOR, WINDOW_MS
 from tests.fault.checks import (
@@ -134,15 +142,58 @@ async def check_every_result(env: FaultEnv) -> int:
     return repeats
 
 
+async def check_side_outputs(env: FaultEnv, late_topic: str,
+                             ranges: list[dict[int, tuple[int, int]]]) -> tuple[int, int]:
+    """Dead letters and late records as the worker writes them, against the
+    reference: each expected one present (told by its ``streamremat.source`` header,
+    topic/partition/offset), with the dead letter's stage and a reason; nothing
+    else; a copy only of a record at an offset some unclean stop made the worker
+    read again (``ranges``, as results), each copy identical. Returns the counts."""
+    want = (await expected_outputs(env))[OPERATOR]
+    assert len(want.dead_letters) > 10 and len(want.late) > 10, (len(want.dead_letters),
+                                                                 len(want.late))
+
+    def again(source: str) -> bool:
+        _, p, offset = source.rsplit("/", 2)
+        return any(lo <= int(offset) < hi for r in ranges
+                   for lo, hi in [r.get(int(p), (0, 0))])
+
+    for topic, expected in ((env.dlq, set(want.dead_letters)), (late_topic, want.late)):
+        records = await consume_all(env.bootstrap, topic, timeout_s=60)
+        seen: dict[str, tuple[object, ...]] = {}
+        for r in records:
+            headers = dict(r.headers)
+            source = headers[H_SOURCE].decode()
+            body = (r.key, r.value, r.timestamp_ms, tuple(r.headers))
+            if source in seen:
+                assert again(source), f"{topic}: {source} twice, not read again after a kill"
+                assert seen[source] == body, f"{topic}: copies of {source} differ"
+            seen[source] = body
+            if topic == env.dlq:
+                assert headers[H_STAGE].decode() == want.dead_letters[source], headers
+                assert headers[H_REASON], headers
+            else:
+                assert headers[H_LATE_REASON].startswith(b"late: "), headers
+        assert set(seen) == expected, (
+            f"{topic}: missing {sorted(expected - set(seen))[:10]}, "
+            f"unexpected {sorted(set(seen) - expected)[:10]}\n{env.dump_logs()}")
+    return len(want.dead_letters), len(want.late)
+
+
 async def test_faust_worker_kill9_three_times(make_fault_env: MakeFaultEnv) -> None:
     """kill -9 at 3 seeded moments of the input, restart each time (state from the
     local RocksDB, replay from the checkpoint): every result present and right,
-    duplicates only as at-least-once allows, each identical."""
+    duplicates only as at-least-once allows, each identical; dead letters (bad
+    input) and late records (to the operator's ``late_topic``) as the worker
+    writes them, each present once but for identical copies of records read again."""
     env = make_fault_env()
     seed = 1313
     rng = random.Random(seed)
     kills = 3
-    feeder = Feeder(env.bootstrap, env.source, env.partitions, seed=seed)
+    late_topic = f"{env.source}-late"
+    original = env.worker_env
+    env.worker_env = lambda: {**original(), "STREAMREMAT_FAULT_LATE_TOPIC": late_topic}
+    feeder = Feeder(env.bootstrap, env.source, env.partitions, seed=seed, bad_every=200)
     step = RECORDS // (kills + 1)
     kill_at = [int((i + 1) * step + rng.uniform(-0.3, 0.3) * step) for i in range(kills)]
     w = faust_worker(env, "a", checkpoint_interval=3.0)  # most kills need a replay
@@ -171,9 +222,14 @@ async def test_faust_worker_kill9_three_times(make_fault_env: MakeFaultEnv) -> N
     restarts = [r for r in env.recoveries() if r.run > 0]
     assert any(r.replayed > 0 for r in restarts), "no restart replayed from a checkpoint"
     assert any(r.checkpoint_offset is not None for r in restarts), "no checkpoint restored"
-    extra = await check_at_least_once(env, ranges)
-    repeats = await check_duplicates_identical(env)
-    print(f"faust kill -9 x{kills}: {extra} extra copies, {repeats} repeated ids")
+    try:
+        extra = await check_at_least_once(env, ranges)
+        repeats = await check_duplicates_identical(env)
+        dead, late = await check_side_outputs(env, late_topic, ranges)
+    finally:
+        await delete_topics(env.bootstrap, [late_topic])
+    print(f"faust kill -9 x{kills}: {extra} extra copies, {repeats} repeated ids; "
+          f"{dead} dead letters, {late} late records")
 
 
 async def test_faust_survivor_restores_from_replica(make_fault_env: MakeFaultEnv) -> None:
@@ -274,8 +330,15 @@ def last_checkpoints(w: WorkerProc) -> dict[int, int]:
 async def test_faust_rebalance_during_replay(make_fault_env: MakeFaultEnv) -> None:
     """kill -9 while the committed offset is well past the newest checkpoint, restart
     (a replay), and a second worker joins while it replays: the group rebalances
-    mid-replay, each partition's new owner restores again, nothing is lost."""
+    mid-replay (asserted: a partition is revoked while replaying), each partition's
+    new owner restores again, nothing is lost. The replay is slowed (the test app
+    waits 0.3 s per step of at most 50 records of a replaying partition): at full
+    speed the restart's replay ends before the second faust worker has started, and
+    only a replay that a rebalance itself began may be hit, by chance."""
     env = make_fault_env()
+    original = env.worker_env
+    env.worker_env = lambda: {**original(), "STREAMREMAT_FAULT_REPLAY_DELAY_S": "0.3",
+                              "STREAMREMAT_FAULT_MAX_BATCH_RECORDS": "200"}
     feeder = Feeder(env.bootstrap, env.source, env.partitions, seed=5)
     a = faust_worker(env, "a", checkpoint_interval=8.0)
     a.start()
@@ -283,7 +346,7 @@ async def test_faust_rebalance_during_replay(make_fault_env: MakeFaultEnv) -> No
     feeding = asyncio.create_task(feeder.produce(RECORDS, CHUNK, CHUNK_INTERVAL_S))
     while True:
         committed, written = await committed_offsets(env), last_checkpoints(a)
-        if any(committed.get(p, 0) - written.get(p, 0) >= 300 for p in range(env.partitions)):
+        if any(committed.get(p, 0) - written.get(p, 0) >= 1_500 for p in range(env.partitions)):
             break
         assert not feeding.done(), f"no replay ahead: committed {committed}, ckpt {written}"
         await asyncio.sleep(0.1)
@@ -297,60 +360,127 @@ async def test_faust_rebalance_during_replay(make_fault_env: MakeFaultEnv) -> No
     await finish(env, feeding, a, b)
     replays = [r for r in a.recoveries(run=1) if r.replayed > 0]
     assert replays, "the restart replayed nothing"
+    assert "revoked while replaying" in a.log_text(1), "no rebalance during a replay"
     del ranges  # the rebalance re-emits too: no bound by the kill alone
     repeats = await check_every_result(env)
     print(f"rebalance during replay: a's restart recovered {len(a.recoveries(run=1))} times "
           f"({len(replays)} with replay), b {len(b.recoveries())}; {repeats} copies")
 
 
+#: Dashboard metrics that only a fault this test does not cause gives a sample: a
+#: failed checkpoint, a fallback to an older one, a retention gap, a missing commit.
+FAULT_ONLY = {"streamremat_checkpoint_failures_total", "streamremat_checkpoint_fallbacks_total",
+              "streamremat_retention_gap_offsets_total",
+              "streamremat_committed_offset_missing_total"}
+
+
+def sampled_names(scrape: str) -> set[str]:
+    """The metric names with at least one sample in a scrape (a labelled counter
+    has none before its first event, whatever ``# TYPE`` declares)."""
+    return {line.split("{")[0].split(" ")[0] for line in scrape.splitlines()
+            if line.startswith("streamremat_")}
+
+
+def gauge(scrape: str, name: str) -> float:
+    found = [float(line.rsplit(" ", 1)[1]) for line in scrape.splitlines()
+             if line.startswith(name + "{") or line.startswith(name + " ")]
+    assert len(found) == 1, f"{name}: {found}"
+    return found[0]
+
+
+async def check_health(port: int, what: str) -> None:
+    """/healthz and /ready answer 200, the group session gauge is 1 and the loop went
+    round within the last seconds, as for a worker (the dashboard's session and loop
+    panel, a Kubernetes probe). Before, a faust worker never reported its loop:
+    /ready was 503 for good, /healthz after 60 s, the session gauge 0."""
+    deadline = time.monotonic() + 30
+    while True:
+        health = await asyncio.to_thread(_status, f"http://127.0.0.1:{port}/healthz")
+        ready = await asyncio.to_thread(_status, f"http://127.0.0.1:{port}/ready")
+        scrape = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
+        alive = gauge(scrape, "streamremat_group_session_alive")
+        idle = gauge(scrape, "streamremat_loop_idle_seconds")
+        if health[0] == ready[0] == 200 and alive == 1 and idle < 5:
+            return
+        assert time.monotonic() < deadline, (
+            f"{what}: /healthz {health}, /ready {ready}, session alive {alive}, "
+            f"loop idle {idle:.1f} s")
+        await asyncio.sleep(0.5)
+
+
 async def test_faust_worker_serves_the_dashboards_metrics(make_fault_env: MakeFaultEnv) -> None:
     """The faust worker's metrics port serves the streamremat metrics every panel
     of the shipped Grafana dashboard reads (restore, replay, checkpoints, tuner,
-    throughput), labelled with the App, after a kill -9 and a restart with replay."""
+    throughput, dead letters, session and loop), labelled with the App, after a kill
+    -9 and a restart with replay; /healthz and /ready answer as a worker's. It starts
+    before its source topic exists: it waits as faust does (before, the bridge's
+    start raised "topic ... does not exist" and the worker exited), and takes the
+    topic's partitions once it is made."""
     env = make_fault_env()
     port = free_port()
+    env.source = f"{env.source}-made-later"  # the fixture's topic stays unused
     # Checkpoints 5 s apart: the kill below lands between two, so the restart replays.
     w = FaustWorker(env, "a", [], 5.0)
     env.workers.append(w)
     original = env.worker_env
-    env.worker_env = lambda: {**original(), "STREAMREMAT_FAULT_METRICS_PORT": str(port)}
-    feeder = Feeder(env.bootstrap, env.source, env.partitions, seed=9)
+    env.worker_env = lambda: {**original(), "STREAMREMAT_FAULT_METRICS_PORT": str(port),
+                              "STREAMREMAT_FAULT_METADATA_MAX_AGE_MS": "1000"}
     w.start()
-    await w.wait_live(env.partitions, timeout_s=90)
-    await feeder.produce(4_000, CHUNK, CHUNK_INTERVAL_S)
-    await w.wait_for(lambda w: "checkpoint seq" in w.log_text(), 60, "a checkpoint")
-    await feeder.produce(2_000, CHUNK, 0.0)
-    w.kill()
-    w.start()
-    await w.wait_live(env.partitions, timeout_s=90)
-    await feeder.produce(2_000, CHUNK, CHUNK_INTERVAL_S)
-    # What a worker always reports, once it checkpointed and reported its gauges
-    # after going live (within 2.5 s at low load; a loaded machine takes longer).
-    always = ("streamremat_restore_duration_seconds", "streamremat_replayed_records_total",
-              "streamremat_checkpoints_total", "streamremat_tuner_replay_rate_records",
-              "streamremat_records_in_total")
-    deadline = time.monotonic() + 60
-    while True:
-        scrape = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
-        lines = scrape.splitlines()
-        # Samples, of what is declared below (a labelled counter has no sample
-        # before its first event).
-        sampled = {line.split("{")[0].split(" ")[0] for line in lines
-                   if line.startswith("streamremat_")}
-        if all(any(n.startswith(name) for n in sampled) for name in always):
-            break
-        assert time.monotonic() < deadline, f"no samples of all of {always}\n{scrape}"
-        await asyncio.sleep(0.5)
-    declared = {line.split()[2].removesuffix("_total") for line in lines
-                if line.startswith("# TYPE streamremat_")}
-    wanted: set[str] = set()
-    for _, expr in dashboard_queries():
-        wanted |= metric_names(expr)
-    base = {re.sub(r"_(bucket|count|sum|total)$", "", n) for n in wanted}
-    missing = sorted(n for n in base if n not in declared)
-    assert not missing, f"dashboard metrics the faust worker does not serve: {missing}"
-    assert f'app="{env.app_name}"' in scrape
-    await finish(env, asyncio.create_task(asyncio.sleep(0)), w)
+    await w.wait_for(lambda w: "Ignoring missing topic" in w.log_text()
+                     and "Worker]: Ready" in w.log_text(), 90, "faust ready without a source")
+    await check_health(port, "no source topic yet")
+    await create_topics(env.bootstrap, [TopicSpec(env.source, env.partitions,
+                                                  {"retention.ms": "-1"})])
+    try:
+        feeder = Feeder(env.bootstrap, env.source, env.partitions, seed=9, bad_every=100)
+        await w.wait_live(env.partitions, timeout_s=90)
+        await feeder.produce(4_000, CHUNK, CHUNK_INTERVAL_S)
+        await w.wait_for(lambda w: "checkpoint seq" in w.log_text(), 60, "a checkpoint")
+        await feeder.produce(2_000, CHUNK, 0.0)
+        w.kill()
+        w.start()
+        await w.wait_live(env.partitions, timeout_s=90)
+        await feeder.produce(2_000, CHUNK, CHUNK_INTERVAL_S)
+        # What a worker always reports, once it checkpointed and reported its gauges
+        # after going live (within 2.5 s at low load; a loaded machine takes longer).
+        always = ("streamremat_restore_duration_seconds", "streamremat_replayed_records_total",
+                  "streamremat_checkpoints_total", "streamremat_tuner_replay_rate_records",
+                  "streamremat_records_in_total", "streamremat_dead_letters_total",
+                  "streamremat_e2e_latency_seconds")
+        deadline = time.monotonic() + 60
+        while True:
+            scrape = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
+            sampled = sampled_names(scrape)
+            if all(any(n.startswith(name) for n in sampled) for name in always):
+                break
+            assert time.monotonic() < deadline, f"no samples of all of {always}\n{scrape}"
+            await asyncio.sleep(0.5)
+        declared = {line.split()[2].removesuffix("_total") for line in scrape.splitlines()
+                    if line.startswith("# TYPE streamremat_")}
+        wanted: set[str] = set()
+        unsampled = []
+        for title, expr in dashboard_queries():
+            names = metric_names(expr)
+            wanted |= names
+            if not names & (sampled | FAULT_ONLY):
+                unsampled.append((title, sorted(names)))
+        base = {re.sub(r"_(bucket|count|sum|total)$", "", n) for n in wanted}
+        missing = sorted(n for n in base if n not in declared)
+        assert not missing, f"dashboard metrics the faust worker does not serve: {missing}"
+        assert not unsampled, f"dashboard panels without a sample: {unsampled}"
+        assert f'app="{env.app_name}"' in scrape
+        await check_health(port, "live after a restart")
+        await finish(env, asyncio.create_task(asyncio.sleep(0)), w)
+    finally:
+        await delete_topics(env.bootstrap, [env.source])
+
+
+def _status(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return int(resp.status), str(resp.read().decode())
+    except urllib.error.HTTPError as err:
+        return int(err.code), str(err.read().decode())
 
 
 def _get(url: str) -> str:

@@ -113,6 +113,13 @@ def attach(
 
     faust_app.on_before_shutdown.connect(close)
 
+    async def report_loop_while_rebalancing() -> None:
+        consumer = faust_app.consumer
+        if not consumer.flow_active:  # faust fetches nothing: ``feed`` is not called
+            bridge.loop_went_round(consumer)
+
+    faust_app.timer(1.0)(report_loop_while_rebalancing)
+
     if metrics_port is not None:
         async def serve_metrics() -> None:
             sensor.serve(metrics_port)  # type: ignore[attr-defined]

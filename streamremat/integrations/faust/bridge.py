@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from mode.utils.futures import notify
 
 from streamremat.core.exceptions import ConfigError
@@ -34,7 +34,7 @@ from streamremat.integrations.faust.outputs import output_slices, result_records
 from streamremat.metrics.sensor import Sensor
 from streamremat.runtime.kafka import TopicSpec, create_topics, retention_s, topic_config
 from streamremat.runtime.kafka import topic_partitions as partitions_of
-from streamremat.runtime.lifecycle import Phase
+from streamremat.runtime.lifecycle import Phase, session_alive
 from streamremat.runtime.partition import PartitionRunner
 from streamremat.runtime.recovery_report import count_outputs
 from streamremat.runtime.scheduling import CheckpointScheduler
@@ -92,15 +92,25 @@ class FaustPartition(PartitionRunner):
 
 
 class _Positioner:
-    """What ``PartitionRunner.recover`` needs of a consumer, on faust's consumer:
-    its seek is only noted, then made through faust's own ``Consumer.seek``."""
+    """What ``PartitionRunner.recover`` needs of a consumer: the source's offsets
+    (log start; end and time index, which seed the retention bound of the
+    rematerialization plans as in the worker) from ``offsets``, the bridge's own
+    client, and a seek that is only noted, then made through faust's own
+    ``Consumer.seek``. Listing offsets through faust's consumer took ~1.5 s a
+    partition (its consumer thread, mid-rebalance), one restore after the other."""
 
-    def __init__(self, consumer: Any) -> None:
-        self.consumer = consumer
+    def __init__(self, offsets: Any) -> None:
+        self.offsets = offsets
         self.seeks: dict[TopicPartition, int] = {}
 
     async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        return dict(await self.consumer.earliest_offsets(*tps))
+        return dict(await self.offsets.beginning_offsets(tps))
+
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return dict(await self.offsets.end_offsets(tps))
+
+    async def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> Any:
+        return await self.offsets.offsets_for_times(timestamps)
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self.seeks[tp] = offset
@@ -135,6 +145,8 @@ class Bridge:
         self.lock = asyncio.Lock()
         self._started = False
         self._producer: Any = None
+        #: the bridge's own consumer outside any group, for offset lists (``_Positioner``)
+        self._offsets: Any = None
         self._local: CheckpointStore | None = None
         self._replica: CheckpointStore | None = None
         self._retention_s: dict[str, float | None] = {}
@@ -148,7 +160,8 @@ class Bridge:
     # -- start ------------------------------------------------------------------
 
     async def _start(self) -> None:
-        """Local store, topics, replica and producer; at the first assignment, so a
+        """Local store, topics, replica, producer and offsets client; at the first
+        assignment, so a
         faust app that never gets a partition never touches them."""
         s, client = self.settings, self.settings.client
         os.makedirs(s.state_dir, exist_ok=True)
@@ -177,6 +190,9 @@ class Bridge:
             **client.producer_kwargs(linger_ms=5, max_batch_size=256 * 1024),
         )
         await self._producer.start()
+        self._offsets = AIOKafkaConsumer(group_id=None, enable_auto_commit=False,
+                                         **client.consumer_kwargs())
+        await self._offsets.start()
         self._started = True
 
     # -- recovery ---------------------------------------------------------------
@@ -188,7 +204,9 @@ class Bridge:
         committed offset ``k`` (``transport.Consumer``):
 
         1. Drop the runners of the previous assignment: faust just moved their
-           partitions back to ``k``, so their state (ahead of ``k``) is stale.
+           partitions back to ``k``, so their state (ahead of ``k``) is stale (one
+           still replaying starts over from its checkpoint). Without a source
+           partition now, stop here: the stores, topics and producer wait for one.
         2. Per assigned source partition: ``PartitionRunner.recover`` with ``k`` as
            faust read it (faust ignores acks below it, so the replay's events never
            move the commit): newest valid checkpoint from RocksDB or the replica,
@@ -198,8 +216,6 @@ class Bridge:
            goes live at ``k``.
         """
         async with self.lock:
-            if not self._started:
-                await self._start()
             assigned = sorted((tp for tp in consumer.assignment() if tp.topic in self.by_topic),
                               key=lambda tp: (tp.topic, tp.partition))
             if self.runners:
@@ -207,13 +223,23 @@ class Bridge:
                                                   for tp in self.runners))
             for tp in list(self.runners):
                 runner = self.runners.pop(tp)
+                if runner.phase is Phase.REPLAYING:
+                    log.info("%s[%d]: revoked while replaying, at offset %d of [%d, %d); "
+                             "its next owner replays from its checkpoint", tp.topic,
+                             tp.partition, runner.position, runner.report.start_offset
+                             if runner.report else runner.position, runner.replay_until)
                 await runner.close()
                 for name in runner.names:  # it left: drop its gauges (counters stay)
                     runner.sensor.on_task_revoked(name, tp.partition)
             if not assigned:
+                # No partition (e.g. the source topic does not exist yet: faust logs
+                # "Ignoring missing topic" and waits, and so does the bridge).
+                self.assigned = True
                 return
+            if not self._started:
+                await self._start()
             log.info("assigned: %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in assigned))
-            positioner = _Positioner(consumer)
+            positioner = _Positioner(self._offsets)
             for tp in assigned:
                 runner = self._runner(TopicPartition(tp.topic, tp.partition))
                 committed = consumer._committed_offset.get(tp)  # what faust seeked to
@@ -254,6 +280,7 @@ class Bridge:
         bulk; a commit and checkpoints when due after each step. ``generation`` is
         faust's consumer generation at the fetch. Also called without records, so
         idle partitions checkpoint too."""
+        self.loop_went_round(consumer)
         step = self.settings.max_batch_records
         todo = {tp: recs for tp, recs in fetched.items() if recs}
         at = dict.fromkeys(todo, 0)
@@ -277,6 +304,15 @@ class Bridge:
                 _ack(consumer, done)
             await self._when_due()
         await self._when_due()
+
+    def loop_went_round(self, consumer: Any) -> None:
+        """What the worker's loop reports each round (``Sensor.on_loop``): the group
+        session's state and whether the partitions are assigned, for the dashboard's
+        session and loop panel, ``/healthz`` and ``/ready`` on the metrics port.
+        Called per fetch (``feed``), and once a second while faust's flow is stopped
+        (a rebalance: faust fetches nothing then, by design; ``attach``)."""
+        thread = getattr(consumer, "_thread", None)
+        self.sensor.on_loop(session_alive(getattr(thread, "_consumer", None)), self.assigned)
 
     async def _when_due(self) -> None:
         now = time.monotonic()
@@ -379,7 +415,7 @@ class Bridge:
                                     runner.tp.topic, runner.tp.partition, exc)
                 await runner.close()
             self.runners.clear()
-            for closer in (self._producer, self._replica, self._local):
+            for closer in (self._producer, self._offsets, self._replica, self._local):
                 if closer is None:
                     continue
                 try:
