@@ -3,11 +3,13 @@
 //! exposes the JSON scanner to the tests that hold it to orjson; `partition_indexes`
 //! is Kafka's default partitioner for a batch of keys (see `murmur.rs`); `Table`
 //! holds a fast-path shape's state itself, no Python object per entry (see
-//! `table.rs`, `core/native_state.py`).
+//! `table.rs`, `core/native_state.py`), and closes its windows in key order
+//! straight into the sink's bytes (`closed.rs`).
 
 mod accs;
 mod attrs;
 mod batches;
+mod closed;
 mod fold;
 mod json;
 mod murmur;
@@ -70,6 +72,9 @@ fn streamremat_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<raw::RawRecords>()?;
     m.add_class::<table::Table>()?;
     m.add_class::<table::ClosedWin>()?;
+    m.add_class::<closed::SortedWin>()?;
+    m.add_class::<closed::WinRows>()?;
+    m.add_function(wrap_pyfunction!(closed::take_sorted, m)?)?;
     m.add_function(wrap_pyfunction!(scan_json, m)?)?;
     m.add_function(wrap_pyfunction!(murmur::partition_indexes, m)?)?;
     output::register(m)?;

@@ -29,12 +29,12 @@ use crate::outjson::{kind_code, write_result, write_str, write_value, Bail, R};
 /// window ends) in one buffer each, and each key's murmur2.
 #[pyclass(frozen, module = "streamremat_native")]
 pub struct EncodedResults {
-    keys: Vec<u8>,
-    key_ends: Vec<usize>,
-    values: Vec<u8>,
-    value_ends: Vec<usize>,
-    timestamps: Vec<i64>,
-    hashes: Vec<u32>,
+    pub(crate) keys: Vec<u8>,
+    pub(crate) key_ends: Vec<usize>,
+    pub(crate) values: Vec<u8>,
+    pub(crate) value_ends: Vec<usize>,
+    pub(crate) timestamps: Vec<i64>,
+    pub(crate) hashes: Vec<u32>,
 }
 
 impl EncodedResults {

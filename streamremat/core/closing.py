@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 from streamremat.core.exceptions import reason_of
 from streamremat.core.records import FailedResult, WindowResult
@@ -167,45 +167,63 @@ class FixedSlice(_BuiltLazily):
     """One slice of a closed tumbling/hopping window: its keys and accumulators,
     whose results are built when first read. The runtime may encode the
     accumulators for the sink without building them (``encoded``). ``bool`` is
-    cheap: true when it holds windows (their results may all fail)."""
+    cheap: true when it holds windows (their results may all fail).
 
-    __slots__ = ("_built", "_encoded", "_failed", "_result", "accs", "end", "keys", "start")
+    A slice of the native table's closing (``rows``: a ``streamremat_native.WinRows``)
+    holds its keys and accumulators natively: ``keys`` and ``accs`` are built from
+    them only when read, which the native encoder never needs."""
 
-    def __init__(self, start: int, end: int, keys: list[bytes], accs: list[Any],
-                 result: Callable[[Any], Any], failed: list[FailedResult]) -> None:
-        self.start, self.end, self.keys, self.accs = start, end, keys, accs
+    __slots__ = ("_accs", "_built", "_encoded", "_failed", "_keys", "_result", "end", "rows",
+                 "start")
+
+    def __init__(self, start: int, end: int, keys: list[bytes] | None, accs: list[Any] | None,
+                 result: Callable[[Any], Any], failed: list[FailedResult],
+                 rows: Any = None) -> None:
+        self.start, self.end, self._keys, self._accs, self.rows = start, end, keys, accs, rows
         self._result, self._failed = result, failed
         self._built: list[WindowResult] | None = None
         self._encoded = False
 
-    def encoded(self, encode: Callable[[list[bytes], list[Any], int, int], _T | None]
-                ) -> _T | None:
-        """``encode(keys, accs, start, end)``: the sink records of the slice without
-        building its results, or None (then read the results). Only before they
-        are read, once: an encoder writes the results of built-in aggregations,
-        which never fail, so none of the slice's windows goes to ``failed``."""
+    @property
+    def keys(self) -> list[bytes]:
+        if self._keys is None:
+            self._keys = self.rows.keys()
+        return cast(list[bytes], self._keys)
+
+    @property
+    def accs(self) -> list[Any]:
+        if self._accs is None:
+            self._accs = self.rows.accs()
+        return cast(list[Any], self._accs)
+
+    def encoded(self, encode: Callable[[FixedSlice], _T | None]) -> _T | None:
+        """``encode(self)``: the sink records of the slice without building its
+        results, or None (then read the results). Only before they are read,
+        once: an encoder writes the results of built-in aggregations, which never
+        fail, so none of the slice's windows goes to ``failed``."""
         if self._built is not None or self._encoded:
             return None
-        got = encode(self.keys, self.accs, self.start, self.end)
+        got = encode(self)
         self._encoded = got is not None
         return got
 
     def _all(self) -> list[WindowResult]:
         if self._built is None:
             start, end, result = self.start, self.end, self._result
+            keys, accs = self.keys, self.accs
             try:
                 self._built = [WindowResult(key, start, end, result(v))
-                               for key, v in zip(self.keys, self.accs, strict=True)]
+                               for key, v in zip(keys, accs, strict=True)]
             except Exception:  # one raised: find which
                 self._built = results_or_failures(
-                    result, [(k, start, end, v) for k, v in zip(self.keys, self.accs,
-                                                               strict=True)], self._failed)
+                    result, [(k, start, end, v) for k, v in zip(keys, accs, strict=True)],
+                    self._failed)
         return self._built
 
     @property
     def windows(self) -> int:
         """The windows of the slice (its results, unless some fail)."""
-        return len(self.keys)
+        return len(self._keys) if self._keys is not None else len(self.rows)
 
     def end_counts(self) -> dict[int, int]:
         """Results per window end (one end here), without building them once encoded."""
@@ -213,11 +231,10 @@ class FixedSlice(_BuiltLazily):
         return {self.end: n} if n else {}
 
     def __bool__(self) -> bool:
-        return bool(self.keys)
+        return self.windows > 0
 
     def __len__(self) -> int:
-        return len(self.keys) if self._encoded else len(self._all())
-
+        return self.windows if self._encoded else len(self._all())
 
 
 def closed_windows(closed: list[Closed], result: Callable[[Any], Any],

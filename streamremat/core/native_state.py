@@ -11,6 +11,11 @@ with the entry work handed to the table: the same results in the same order, the
 same late records, the same checkpoint bytes (``tests/unit/test_native_state.py``
 holds them to the Python state byte for byte).
 
+A closing window is taken out of the table whole (``take_sorted``) and read in
+key order natively, in ``core/closing.py``'s bounded steps: its slices
+(``FixedSlice`` over the table's rows) reach the sink's encoder with no Python
+object per key (``STREAMREMAT_NATIVE_CLOSE=0``: sorted and popped in Python).
+
 The encode of a checkpoint and the decode of a restore run in the table with
 the GIL released (the runtime calls them in a worker thread,
 ``runtime/checkpointing.py`` and ``runtime/restoring.py``), so the event loop
@@ -30,12 +35,14 @@ practice, and one odd record costs one conversion, not the whole run.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import os
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, cast
 
+from streamremat.core import closing
 from streamremat.core.aggregators import Aggregator
-from streamremat.core.closing import NOTHING, ClosedWindows, fixed_windows
-from streamremat.core.records import FailedResult, SourceRecord
+from streamremat.core.closing import NOTHING, ClosedWindows, FixedSlice, fixed_windows
+from streamremat.core.records import FailedResult, SourceRecord, WindowResult
 from streamremat.core.window_state import (
     RECOMPUTE,
     SIZE_SAMPLE,
@@ -43,6 +50,18 @@ from streamremat.core.window_state import (
     FixedWindowState,
     Group,
 )
+
+_native: Any
+try:
+    import streamremat_native as _native
+except ImportError:
+    _native = None
+#: a build without it (or none): the closing's keys are sorted and popped in Python
+_take_sorted: Callable[[Any, int, int], Any] | None = getattr(_native, "take_sorted", None)
+
+#: False: a closing's keys are sorted, and its accumulators built, in Python
+#: (``closing.fixed_windows`` over ``Table.take``: the A/B of the native close)
+native_close = os.environ.get("STREAMREMAT_NATIVE_CLOSE", "1") != "0"
 
 #: what ``Table.encode`` writes of a window
 _PLAN_RECOMPUTE, _PLAN_WHOLE, _PLAN_DIRTY = 0, 1, 2
@@ -142,11 +161,16 @@ class NativeWindowState(FixedWindowState):
         ending = sorted(end for end in self.table.ends() if end <= limit)
         if not ending:
             return NOTHING
-        # each taken window reads as the dict fixed_windows expects (len, keys, pop)
-        closing = [(end, self.table.take(end)) for end in ending]
         for end in ending:
             self.firsts.pop(end, None)
-        return fixed_windows(cast(Any, closing), self.agg.result, self.size, failed)
+        if _take_sorted is not None and native_close:
+            wins = [_take_sorted(self.table, end, closing.RESULT_SLICE) for end in ending]
+            return ClosedWindows(sum(map(len, wins)),
+                                 _sorted_slices(ending, wins, self.agg.result, self.size,
+                                                failed))
+        # each taken window reads as the dict fixed_windows expects (len, keys, pop)
+        taken = [(end, self.table.take(end)) for end in ending]
+        return fixed_windows(cast(Any, taken), self.agg.result, self.size, failed)
 
     # -- checkpoints ---------------------------------------------------------------
 
@@ -249,6 +273,16 @@ class NativeWindowState(FixedWindowState):
     def entry_bytes(self) -> int | None:
         """Bytes of memory the table's entries take (None: the Python dicts hold them)."""
         return None if self.table is None else cast(int, self.table.nbytes())
+
+
+def _sorted_slices(ends: list[int], wins: list[Any], result: Callable[[Any], Any], size: int,
+                   failed: list[FailedResult]) -> Iterator[Sequence[WindowResult]]:
+    """``closing.fixed_windows``' slices of windows the table sorts itself (``take_sorted``):
+    the same steps (``in_order``'s), each slice's keys and numbers held natively."""
+    for end, win in zip(ends, wins, strict=True):
+        start = end - size
+        while (rows := win.step()) is not None:
+            yield FixedSlice(start, end, None, None, result, failed, rows) if rows else []
 
 
 def _listed(xs: Sequence[Any]) -> list[Any]:

@@ -118,9 +118,14 @@ def encode_natively(op: Operator, results: Sequence[WindowResult]) -> ResultRun 
         shape = _accumulator_shape(op.aggregator)
         if shape is not None:
             kinds, names, order = shape
-            encoded = results.encoded(
-                lambda keys, accs, start, end: native.encode_accumulators(
-                    keys, accs, start, end, kinds, names, order))
+
+            def encode(s: FixedSlice) -> Any:
+                if s.rows is not None:  # the native table's rows: from their numbers
+                    return s.rows.encode(s.start, s.end, kinds, names, order)
+                return native.encode_accumulators(s.keys, s.accs, s.start, s.end, kinds,
+                                                  names, order)
+
+            encoded = results.encoded(encode)
             if encoded is not None:
                 return ResultRun(op.sink, encoded)
     rows = results if type(results) is list else list(results)
