@@ -25,6 +25,7 @@ started on free ports under ``--work-dir`` and stopped at the end. Usage::
 
     python bench/e2e_throughput.py [--events N] [--keys K] [--small] [--profile FILE]
                                    [--path fast|pure] [--output native|python]
+                                   [--close native|python]
 
 The live/raw goal is 0.8 at up to 1,000 keys and 0.5 beyond (issue 15: 100,000 keys).
 
@@ -57,7 +58,7 @@ from _phases import live_phase, log_field, replay_phase, write_profile
 from aiokafka.partitioner import DefaultPartitioner
 
 from streamremat import App, Count, KafkaSettings, Operator, Sum, Tumbling
-from streamremat.core import fastpath
+from streamremat.core import fastpath, native_state
 from streamremat.runtime import outputs
 from streamremat.runtime.kafka import (
     TopicSpec,
@@ -316,6 +317,7 @@ async def run(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
         "native": fastpath.native_module is not None and fastpath.native_enabled,
         "output": (args.output if fastpath.native_module is not None and fastpath.native_enabled
                    else "python"),
+        "close": args.close,
         "goals": {"live_over_raw": goal_live, "replay_over_live": GOAL_REPLAY_OVER_LIVE},
         "goals_met": {
             "live_over_raw": live_eps / raw_eps >= goal_live,
@@ -383,6 +385,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", choices=("native", "python"), default="native",
                         help="the worker's results encoded and batched natively (where the "
                              "extension is built) or in Python (runtime/outputs.py)")
+    parser.add_argument("--close", choices=("native", "python"), default="native",
+                        help="a closing window of the native state table sorted and encoded "
+                             "natively, or its keys sorted and accumulators built in Python "
+                             "(STREAMREMAT_NATIVE_CLOSE=0)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per worker phase, s")
     parser.add_argument("-v", "--verbose", action="store_true", help="worker logs to stderr")
     args = parser.parse_args(argv)
@@ -402,11 +408,13 @@ def main(argv: list[str] | None = None) -> int:
     work_dir.mkdir(parents=True, exist_ok=True)
     fastpath.enabled = args.path == "fast"
     outputs.native_results = args.output == "native"
+    native_state.native_close = args.close == "native"
     try:
         summary = asyncio.run(run(args, work_dir))
     finally:
         fastpath.enabled = True
         outputs.native_results = True
+        native_state.native_close = True
         if own_dir:
             shutil.rmtree(work_dir, ignore_errors=True)
     for key in ("raw", "live", "replay"):
