@@ -29,6 +29,7 @@ from streamremat.core.records import BatchOutput, DeadLetter, LateRecord, Source
 from streamremat.core.remat_state import grows
 from streamremat.core.window_state import (
     NO_TIME,
+    Failure,
     FixedWindowState,
     Group,
     WindowState,
@@ -122,7 +123,9 @@ class Task:
                     r for r in records
                     if type(r.timestamp) is not int or last_close(r.timestamp) > horizon_ms
                 ]
+        before = self.state.stream_time
         folded = None if self.fast is None else self.fast.fold(records, decoded)
+        times: list[int] | None = None
         if folded is not None:
             srcs = records
             late, late_times, failed = folded
@@ -139,8 +142,38 @@ class Task:
         if failed:
             out.dead_letters.extend(DeadLetter(srcs[i], "aggregate", why) for i, why in failed)
         if late:
-            st = self.state.stream_time
-            out.late = [LateRecord(srcs[i], t, st) for i, t in zip(late, late_times, strict=True)]
+            out.late = self._late_records(srcs, times, late, late_times, failed, before)
+        return out
+
+    def _late_records(
+        self, srcs: Sequence[SourceRecord], times: list[int] | None, late: list[int],
+        late_times: list[int], failed: list[Failure], before: int,
+    ) -> list[LateRecord]:
+        """Each late record with the stream time it was judged at: ``before`` (the
+        batch's start) raised by the event times up to it, those of failed folds
+        aside (they move no stream time). Not the batch's end: the late records' bytes
+        (``streamremat.late.reason``) must not depend on where batches begin, or
+        copies an at-least-once restart writes would differ (DESIGN §5). The fast
+        path's fold gives no times: the records' own, or those of the prefix."""
+        end = late[-1] + 1
+        if times is None:
+            if self._timestamp_from_record:
+                times = [NO_TIME if r.timestamp is None else r.timestamp for r in srcs[:end]]
+            else:  # a time field, read in the fold: rare (late records), so decode again
+                _, _, times, _ = self._prepare(srcs[:end], [])
+                if len(times) != end:  # never: the fold took every record
+                    st = self.state.stream_time
+                    return [LateRecord(srcs[i], t, st) for i, t in zip(late, late_times,
+                                                                       strict=True)]
+        skip = {i for i, _ in failed}
+        out = []
+        st, j = before, 0
+        for i, t in zip(late, late_times, strict=True):
+            while j <= i:
+                if times[j] > st and j not in skip:
+                    st = times[j]
+                j += 1
+            out.append(LateRecord(srcs[i], t, st))
         return out
 
     def replay_raw(self, raw: Any, lo: int, horizon_ms: int | None) -> bool:
