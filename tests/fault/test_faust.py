@@ -306,6 +306,11 @@ async def test_faust_source_with_adjacent_transaction_markers(
     (before: its commits stopped at the first two adjacent markers for good)."""
     env = make_fault_env()
     feeder = Feeder(env.bootstrap, env.source, env.partitions, seed=31)
+    # ~2 s of event time per partition: two windows close only if the input starts
+    # >= 20 ms into one (the base is wall clock minus 15 min). Mid-window, always two:
+    # 160 results (a start 0-19 ms into a window gave one each, 93 results, and
+    # check_every_result's "too few results" failed once in four runs).
+    feeder.base_ms = feeder.base_ms // WINDOW_MS * WINDOW_MS + WINDOW_MS // 2
     w = faust_worker(env, "a")
     w.start()
     await w.wait_live(env.partitions, timeout_s=90)
