@@ -225,6 +225,12 @@ class FixedSlice(_BuiltLazily):
         """The windows of the slice (its results, unless some fail)."""
         return len(self._keys) if self._keys is not None else len(self.rows)
 
+    def tail(self, skip: int) -> FixedSlice:
+        """The slice without its first ``skip`` windows (a resumed closing: their
+        results were committed before), nothing built; before it is read."""
+        return FixedSlice(self.start, self.end, self.keys[skip:], self.accs[skip:],
+                          self._result, self._failed)
+
     def end_counts(self) -> dict[int, int]:
         """Results per window end (one end here), without building them once encoded."""
         n = len(self)

@@ -143,6 +143,9 @@ def server_properties(config: BrokerConfig) -> dict[str, str]:
         "group.initial.rebalance.delay.ms": "0",
         # Fault tests kill workers; let consumers ask for short session timeouts.
         "group.min.session.timeout.ms": "1000",
+        # A transaction past its timeout is aborted within a second, not ten
+        # (tests give producers a transaction timeout of a second or two).
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
         "num.partitions": "1",
         "auto.create.topics.enable": "false",
         "delete.topic.enable": "true",

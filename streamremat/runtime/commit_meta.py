@@ -10,7 +10,13 @@ or a consumer of an old group generation, cannot commit):
   it, so two owners never share a seq space of the replica, even when the
   replica (or the old owner's late frames) cannot be seen (DESIGN §5);
 * ``at``: the wall time of the commit in ms, the owner's last sign of life for
-  this partition: a successor measures the downtime D from it.
+  this partition: a successor measures the downtime D from it;
+* ``cl``: per operator, how far a closing whose results span several
+  transactions got (``runtime/closing_progress.py``): ``[end, start, n]``, every
+  window before the windows ``(end, start)`` and the first ``n`` of them (in the
+  closing's order) are committed. The offset of such a commit is that of the
+  batch that closes them, so a successor replays to it, closes them again and
+  emits only the rest. Never dropped: without it, results would be emitted twice.
 
 Kept small: the broker caps offset metadata (``offset.metadata.max.bytes``, 4 KiB).
 """
@@ -34,6 +40,8 @@ class CommitMeta:
     stream_times: dict[str, int] = field(default_factory=dict)
     owner_epoch: int | None = None
     at_ms: int | None = None
+    #: per operator, ``(end_ms, start_ms, n)`` of a closing committed in part
+    closings: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 def encode_commit_metadata(meta: CommitMeta) -> str:
@@ -44,6 +52,8 @@ def encode_commit_metadata(meta: CommitMeta) -> str:
         head["ep"] = meta.owner_epoch
     if meta.at_ms is not None:
         head["at"] = meta.at_ms
+    if meta.closings:
+        head["cl"] = meta.closings
     text = orjson.dumps({**head, "st": meta.stream_times}).decode()
     return text if len(text) <= _MAX_CHARS else orjson.dumps(head).decode()
 
@@ -61,7 +71,23 @@ def decode_commit_metadata(text: str | None) -> CommitMeta:
         stream_times = {str(k): int(v) for k, v in data.get("st", {}).items()}
     except (AttributeError, TypeError, ValueError):
         stream_times = {}
-    return CommitMeta(stream_times, _int_or_none(data.get("ep")), _int_or_none(data.get("at")))
+    return CommitMeta(stream_times, _int_or_none(data.get("ep")), _int_or_none(data.get("at")),
+                      _closings(data.get("cl", {})))
+
+
+def _closings(value: object) -> dict[str, tuple[int, int, int]]:
+    """``cl``; a malformed entry is an error, not a field to leave empty: dropping
+    it would emit committed results again."""
+    if not isinstance(value, dict):
+        raise ValueError(f"malformed closing progress in the committed metadata: {value!r}")
+    out: dict[str, tuple[int, int, int]] = {}
+    for name, marker in value.items():
+        if (not isinstance(marker, list) or len(marker) != 3
+                or not all(type(x) is int for x in marker)):
+            raise ValueError(f"malformed closing progress of {name!r} in the committed "
+                             f"metadata: {marker!r}")
+        out[str(name)] = (marker[0], marker[1], marker[2])
+    return out
 
 
 def _int_or_none(value: object) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,11 +32,24 @@ class PartitionCommitter:
         self.pending: list[Sendable] = []
         self._futures: list[asyncio.Future[Any]] = []
         self.in_txn = False
+        #: ``time.monotonic()`` when the open transaction began
+        self.txn_started = 0.0
+        #: the producer's transaction timeout (aiokafka's default: 60 s): the
+        #: coordinator aborts a transaction open longer
+        self.txn_timeout_s = _transaction_timeout_ms(producer) / 1000
+        #: a closing commits what it sent once its transaction is open this long
+        #: (``runtime/emitting.py``): well inside the timeout
+        self.txn_span_s = self.txn_timeout_s / 4
 
     async def _begin(self) -> None:
         if not self.in_txn:
             await self.producer.begin_transaction()
             self.in_txn = True
+            self.txn_started = time.monotonic()
+
+    def txn_age_s(self) -> float:
+        """How long the open transaction has been open (0: none is)."""
+        return time.monotonic() - self.txn_started if self.in_txn else 0.0
 
     async def flush(self) -> None:
         """Hand buffered outputs to the producer (inside the open transaction)."""
@@ -81,6 +95,14 @@ class PartitionCommitter:
                 await self.producer.abort_transaction()
             except Exception as exc:  # fenced or gone: nothing to abort
                 log.debug("abort failed: %s", exc)
+
+
+def _transaction_timeout_ms(producer: Any) -> int:
+    """The ``transaction_timeout_ms`` ``producer`` gives the coordinator (aiokafka
+    keeps it in its transaction manager), else aiokafka's default."""
+    manager = getattr(producer, "_txn_manager", None)
+    timeout = getattr(manager, "transaction_timeout_ms", None)
+    return timeout if isinstance(timeout, int) and timeout > 0 else 60_000
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -33,6 +33,7 @@ from streamremat.core.task import Task
 from streamremat.core.topology import Stage
 from streamremat.metrics.sensor import Sensor
 from streamremat.runtime.checkpointing import Checkpointer
+from streamremat.runtime.closing_progress import Hold
 from streamremat.runtime.commit_meta import CommitMeta, encode_commit_metadata
 from streamremat.runtime.committing import PartitionCommitter
 from streamremat.runtime.emitting import Emitter, Outgoing
@@ -77,6 +78,8 @@ class PartitionRunner(PartitionRecovery):
         self.producer = producer
         self.committer = PartitionCommitter(producer, group_id, settings.guarantee)
         self.emitter = Emitter(tp.partition, self.committer, sensor)
+        if settings.guarantee is Guarantee.EXACTLY_ONCE:
+            self.emitter.commit_progress = self._commit_progress
         self.local = local
         self.replica = replica
         self.scheduler = scheduler
@@ -122,6 +125,8 @@ class PartitionRunner(PartitionRecovery):
         if self.checkpointer.writing:  # it would fold records into a state being encoded
             raise RuntimeError(f"{self.tp.topic}[{self.tp.partition}]: a batch was processed "
                                "while a checkpoint of its state was being written")
+        if self.phase is Phase.LIVE:  # where a closing of this batch commits until it is out
+            self.emitter.hold = Hold(self.position, self.partition_tasks.stream_times())
         outputs = self.partition_tasks.process(records)
         live = len(records)
         if self.phase is Phase.REPLAYING:
@@ -130,6 +135,7 @@ class PartitionRunner(PartitionRecovery):
                 return
             live -= bisect.bisect_left(records, self.replay_until, key=lambda r: r.offset)
             self._go_live()
+            self.emitter.hold = Hold(self.replay_until, self._committed_stream_times)
         self.emit(outputs)
         self.feed.processed(live)
 
@@ -182,42 +188,54 @@ class PartitionRunner(PartitionRecovery):
         if captured is not None:
             self.committing = asyncio.create_task(self._commit_captured(consumer, *captured))
 
-    def _capture(
-        self, prove_ownership: bool
-    ) -> tuple[Outgoing, int, dict[str, int], str] | None:
-        """What a commit now covers: the outputs not sent yet, the offset, the stream
-        times and the metadata, taken together (nothing may be processed between)."""
+    def _capture(self, prove_ownership: bool) -> tuple[Outgoing, int, dict[str, int]] | None:
+        """What a commit now covers: the outputs not sent yet, the offset and the
+        stream times, taken together (nothing may be processed between)."""
         if self.has_uncommitted:
             outgoing = self.emitter.capture()
-            stream_times = self.partition_tasks.stream_times()
-            return outgoing, self.position, stream_times, self._commit_metadata(stream_times)
+            return outgoing, self.position, self.partition_tasks.stream_times()
         if (
             prove_ownership
             and self.phase in (Phase.LIVE, Phase.REPLAYING)
             and self.committed is not None
         ):
             # Nothing new: the committed offset again, with this owner's epoch.
-            stream_times = self._committed_stream_times
-            return Outgoing(), self.committed, stream_times, self._commit_metadata(stream_times)
+            return Outgoing(), self.committed, self._committed_stream_times
         return None
 
     async def _commit_captured(self, consumer: Any, outgoing: Outgoing, offset: int,
-                               stream_times: dict[str, int], metadata: str) -> None:
+                               stream_times: dict[str, int]) -> None:
         started = time.monotonic()
         await self.emitter.send(outgoing)
         # Every output must be acknowledged before the commit: aiokafka may end a
         # transaction while a batch waits to be retried, and that batch would be lost.
         await self.committer.acked()
-        await self.committer.commit(consumer, self.tp, offset, metadata)
+        # After the send: the closings sent are all out, and ``offset`` is past
+        # their batches, so their markers go (those not reached yet stay).
+        progress = self.emitter.progress
+        progress.committed_all()
+        await self.committer.commit(consumer, self.tp, offset,
+                                    self._commit_metadata(stream_times))
         self.committed = offset
         self._committed_stream_times = stream_times
         self._epoch_committed = True
         self.commit_s = time.monotonic() - started
 
+    async def _commit_progress(self, hold: Hold) -> None:
+        """Commit a closing's transaction before all of it is out (see
+        ``Emitter._send_closing``): the offset and stream times of its batch, and
+        how far every operator's closing got."""
+        await self.committer.acked()
+        await self.committer.commit(None, self.tp, hold.offset,
+                                    self._commit_metadata(hold.stream_times))
+        self.committed = hold.offset
+        self._committed_stream_times = hold.stream_times
+        self._epoch_committed = True
+
     def _commit_metadata(self, stream_times: dict[str, int]) -> str:
-        return encode_commit_metadata(
-            CommitMeta(stream_times, self.owner_epoch, int(time.time() * 1000))
-        )
+        return encode_commit_metadata(CommitMeta(stream_times, self.owner_epoch,
+                                                 int(time.time() * 1000),
+                                                 dict(self.emitter.progress.markers)))
 
     async def abort(self) -> None:
         """Drop the open transaction (its outputs are never seen by readers)."""

@@ -20,6 +20,7 @@ from streamremat.core.topology import Stage
 from streamremat.metrics.sensor import Sensor
 from streamremat.runtime.checkpointing import EPOCH_BITS, Checkpointer, owner_epoch
 from streamremat.runtime.commit_meta import decode_commit_metadata
+from streamremat.runtime.emitting import Emitter
 from streamremat.runtime.gaps import check_restart
 from streamremat.runtime.lifecycle import Phase, check_transition
 from streamremat.runtime.recovery_report import (
@@ -56,6 +57,7 @@ class PartitionRecovery:
     retention_s: float | None
     sensor: Sensor
     checkpointer: Checkpointer
+    emitter: Emitter
     phase: Phase
     #: the tasks, the replay's bounds and the position (set by ``recover``)
     partition_tasks: PartitionTasks
@@ -108,7 +110,8 @@ class PartitionRecovery:
         4. Seek to ``c``; records in ``[c, k)`` are replayed without output (those
            below a task's checkpoint offset feed only its recompute groups, see
            ``core.recovery.PartitionTasks``), and from ``k`` on the partition is
-           live. A checkpoint follows soon after.
+           live. A closing committed in part at ``k`` (the metadata's ``cl``)
+           resumes after its last committed window. A checkpoint follows soon after.
         5. Seed the plans' retention bound from the broker's time index
            (``RetentionBound.seed_from``): without it, every window open across
            the restart would be stored until it closes.
@@ -119,6 +122,9 @@ class PartitionRecovery:
         committed, metadata = await fetch_committed(tp)
         commit_meta = decode_commit_metadata(metadata)
         self._committed_stream_times = commit_meta.stream_times
+        # A closing the previous owner committed in part: closed again from ``k``
+        # on, its windows out already are skipped (``runtime/emitting.py``).
+        self.emitter.progress.resume(commit_meta.closings)
         restored = await restore_stages(tp, self.stages, committed, log_start, self.local,
                                         self.replica, self.sensor)
         tasks, checkpoint_offsets, unclean = (restored.tasks, restored.checkpoint_offsets,

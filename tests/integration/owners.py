@@ -91,7 +91,8 @@ class Owner:
     @classmethod
     async def take_over(cls, bootstrap: str, op: Operator, group: str, state_dir: Path,
                         replica: CheckpointStore | None,
-                        retention_s: float | None = None) -> Owner:
+                        retention_s: float | None = None,
+                        transaction_timeout_ms: int = 60_000) -> Owner:
         """Fence the previous owner (init_transactions) and recover the partition
         (``retention_s``: its source's, as the worker reads it from the topic).
         The owner closes ``replica`` when it closes."""
@@ -99,7 +100,8 @@ class Owner:
         s = settings(bootstrap, state_dir)
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap,
                                     transactional_id=f"{group}.{tp.topic}.{tp.partition}",
-                                    enable_idempotence=True, acks="all")
+                                    enable_idempotence=True, acks="all",
+                                    transaction_timeout_ms=transaction_timeout_ms)
         await producer.start()
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
                                     enable_auto_commit=False, isolation_level="read_committed")
