@@ -93,8 +93,18 @@ class PartitionOwnership:
             await runner.abort()
             await self._drop(runner.tp)
         except _FENCED as exc:
-            log.warning("%s[%d]: fenced by a newer owner (%s); dropping it uncommitted",
-                        runner.tp.topic, runner.tp.partition, type(exc).__name__)
+            committer = runner.committer
+            if committer.txn_age_s() >= committer.txn_timeout_s:
+                # The broker says the same when it aborted a transaction past its timeout.
+                log.error("%s[%d]: %s after its transaction was open %.1f s, past the "
+                          "producer's transaction timeout of %.1f s: the broker aborted it, "
+                          "or a newer owner fenced it; dropping it uncommitted (the timeout "
+                          "is transaction_timeout_ms in the [producer] table of "
+                          "--kafka-config)", runner.tp.topic, runner.tp.partition,
+                          type(exc).__name__, committer.txn_age_s(), committer.txn_timeout_s)
+            else:
+                log.warning("%s[%d]: fenced by a newer owner (%s); dropping it uncommitted",
+                            runner.tp.topic, runner.tp.partition, type(exc).__name__)
             await runner.abort()
             await self._drop(runner.tp, Phase.FENCED)
             self._parking.fence(runner.tp)

@@ -225,9 +225,15 @@ class PartitionRunner(PartitionRecovery):
         """Commit a closing's transaction before all of it is out (see
         ``Emitter._send_closing``): the offset and stream times of its batch, and
         how far every operator's closing got."""
+        open_s = self.committer.txn_age_s()
         await self.committer.acked()
         await self.committer.commit(None, self.tp, hold.offset,
                                     self._commit_metadata(hold.stream_times))
+        log.info("%s[%d]: a closing committed in part at offset %d (its transaction open "
+                 "%.1f s of the producer's %.1f s transaction timeout): %s", self.tp.topic,
+                 self.tp.partition, hold.offset, open_s, self.committer.txn_timeout_s,
+                 ", ".join(f"{name} through windows ending {m[0]} starting {m[1]}, {m[2]} of "
+                           "them" for name, m in sorted(self.emitter.progress.markers.items())))
         self.committed = hold.offset
         self._committed_stream_times = hold.stream_times
         self._epoch_committed = True
