@@ -28,6 +28,10 @@ from streamremat.runtime.outputs import OutRecord, ResultRun, to_records, to_sen
 from streamremat.runtime.recovery_report import result_latencies
 
 native = pytest.importorskip("streamremat_native")
+#: every test here compares the native encoder with the Python one: with
+#: ``STREAMREMAT_NATIVE=0`` the runtime never calls the encoder, so there is nothing to compare
+pytestmark = pytest.mark.skipif(not fastpath.native_enabled,
+                                reason="STREAMREMAT_NATIVE=0: the native encoder is off")
 
 _FLOATS = [0.0, -0.0, 1.0, -1.5, 0.1, 1 / 3, 1e15, 1e16, 1e17, 9007199254740993.0,
            123456789012345680.0, 1e-4, 1e-5, 1e-6, 1e-7, 5e-324, 2.2250738585072014e-308,
