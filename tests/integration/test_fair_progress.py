@@ -16,6 +16,7 @@ from streamremat import App, Count, Operator, Tumbling
 from streamremat.runtime.kafka import ProducerRecord, end_offsets, produce
 from streamremat.runtime.settings import CheckpointSettings, WorkerSettings
 from streamremat.runtime.worker import Worker
+from tests.integration.timing import LONG_SESSION_MS
 
 PARTITIONS = 4
 PER_PARTITION = 12_000
@@ -36,7 +37,7 @@ async def test_backlog_progresses_on_every_partition(
                                             window=Tumbling(1_000), aggregate=Count())])
     worker = Worker(app, WorkerSettings(
         bootstrap_servers=kafka_bootstrap, state_dir=str(tmp_path / "state"),
-        commit_interval_s=0.2, session_timeout_ms=3_000, max_batch_records=400,
+        commit_interval_s=0.2, session_timeout_ms=LONG_SESSION_MS, max_batch_records=400,
         checkpoints=CheckpointSettings(policy="fixed", interval_s=3600, replicate=False),
     ))
     task = asyncio.create_task(worker.run(handle_signals=False))

@@ -19,6 +19,7 @@ from streamremat.metrics.prometheus import PrometheusSensor
 from streamremat.runtime.kafka import ProducerRecord, end_offsets, produce
 from streamremat.runtime.settings import CheckpointSettings, WorkerSettings
 from streamremat.runtime.worker import Worker
+from tests.integration.timing import LONG_SESSION_MS
 
 PARTITIONS = 2
 
@@ -63,7 +64,7 @@ def _app(source: str) -> App:
 def _settings(bootstrap: str, state_dir: Path, **kw: Any) -> WorkerSettings:
     return WorkerSettings(
         bootstrap_servers=bootstrap, state_dir=str(state_dir), commit_interval_s=0.2,
-        session_timeout_ms=3_000,
+        session_timeout_ms=LONG_SESSION_MS,
         checkpoints=CheckpointSettings(policy="fixed", interval_s=3600, replicate=False), **kw,
     )
 

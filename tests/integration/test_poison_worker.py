@@ -22,6 +22,7 @@ from streamremat.runtime.outputs import H_REASON, H_STAGE, H_WINDOW
 from streamremat.runtime.settings import CheckpointSettings, WorkerSettings
 from streamremat.runtime.worker import Worker
 from tests.integration.group_offsets import committed_total
+from tests.integration.timing import LONG_SESSION_MS
 from tests.unit.poison_support import BIG, PriceTotal
 from tests.unit.reference import RefWindow, run_reference
 
@@ -107,7 +108,8 @@ async def _wait_committed(worker: Worker, task: asyncio.Task[int], bootstrap: st
 def _worker(source: str, bootstrap: str, tmp_path: Any, ops: list[Operator]) -> Worker:
     settings = WorkerSettings(
         bootstrap_servers=bootstrap, state_dir=str(tmp_path / "state"), commit_interval_s=0.2,
-        session_timeout_ms=3_000, checkpoints=CheckpointSettings(policy="fixed", interval_s=0.3),
+        session_timeout_ms=LONG_SESSION_MS,
+        checkpoints=CheckpointSettings(policy="fixed", interval_s=0.3),
     )
     return Worker(App(f"w-{source}", ops), settings)
 

@@ -38,6 +38,7 @@ from streamremat.runtime.kafka import (
 from streamremat.runtime.outputs import partition_for
 from streamremat.runtime.settings import CheckpointSettings, WorkerSettings
 from streamremat.runtime.worker import Worker
+from tests.integration.timing import LONG_SESSION_MS
 from tests.unit.reference import RefWindow, run_reference
 
 PARTITIONS = 4
@@ -154,7 +155,7 @@ async def test_readme_example_on_four_partitions(kafka_bootstrap: str, new_topic
     expected = reference(data + closers)
     settings = WorkerSettings(
         bootstrap_servers=kafka_bootstrap, state_dir=str(tmp_path / "state"),
-        commit_interval_s=0.2, session_timeout_ms=3_000,
+        commit_interval_s=0.2, session_timeout_ms=LONG_SESSION_MS,
         checkpoints=CheckpointSettings(policy="fixed", interval_s=1.0),
     )
     worker = Worker(app, settings)
@@ -205,7 +206,7 @@ async def test_purged_repartition_topic_still_restores(kafka_bootstrap: str, new
     def settings(machine: str) -> WorkerSettings:
         return WorkerSettings(
             bootstrap_servers=kafka_bootstrap, state_dir=str(tmp_path / machine),
-            commit_interval_s=0.2, session_timeout_ms=3_000,
+            commit_interval_s=0.2, session_timeout_ms=LONG_SESSION_MS,
             checkpoints=CheckpointSettings(policy="fixed", interval_s=0.3, keep=2),
         )
 
@@ -267,7 +268,7 @@ async def test_tuner_bounds_the_interval_by_the_repartition_topics_retention(
     topic = repartition_topic(app.name, op.name)
     settings = WorkerSettings(
         bootstrap_servers=kafka_bootstrap, state_dir=str(tmp_path / "state"),
-        commit_interval_s=0.2, session_timeout_ms=3_000, repartition_retention_s=40,
+        commit_interval_s=0.2, session_timeout_ms=LONG_SESSION_MS, repartition_retention_s=40,
         checkpoints=CheckpointSettings(policy="adaptive", min_interval_s=1,
                                        max_interval_s=600, rto_s=600),
     )
@@ -307,7 +308,7 @@ async def test_a_gap_in_the_repartition_topic_goes_through_the_gap_policy(
     data, _ = orders(800, int(time.time() * 1000) - 30 * MINUTE, seed=3)
     settings = WorkerSettings(
         bootstrap_servers=kafka_bootstrap, state_dir=str(tmp_path / "state"),
-        commit_interval_s=0.2, session_timeout_ms=3_000,
+        commit_interval_s=0.2, session_timeout_ms=LONG_SESSION_MS,
         checkpoints=CheckpointSettings(policy="fixed", interval_s=3600, replicate=False),
     )
     worker = Worker(app, settings)

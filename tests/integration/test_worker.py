@@ -33,6 +33,7 @@ from streamremat.runtime.settings import (
 from streamremat.runtime.worker import Worker
 from tests.expect import Expected, RefOperator, expected_output, results_of, rows_as_produced
 from tests.integration.group_offsets import committed_total
+from tests.integration.timing import LONG_SESSION_MS
 from tests.unit.reference import RefWindow
 
 PARTITIONS = 2
@@ -92,7 +93,7 @@ async def _run_until_committed(worker: Worker, bootstrap: str, topic: str,
 def _settings(bootstrap: str, tmp_path: Any, **kw: Any) -> WorkerSettings:
     checkpoints = kw.pop("checkpoints", CheckpointSettings(policy="fixed", interval_s=0.5))
     return WorkerSettings(bootstrap_servers=bootstrap, state_dir=str(tmp_path / "state"),
-                          commit_interval_s=0.2, session_timeout_ms=3_000,
+                          commit_interval_s=0.2, session_timeout_ms=LONG_SESSION_MS,
                           checkpoints=checkpoints, **kw)
 
 

@@ -19,6 +19,7 @@ from streamremat import App, Count, Operator, Tumbling
 from streamremat.runtime.kafka import ProducerRecord, produce
 from streamremat.runtime.settings import CheckpointSettings, WorkerSettings
 from streamremat.runtime.worker import Worker
+from tests.integration.timing import LONG_SESSION_MS
 
 
 def _app(source: str) -> App:
@@ -28,7 +29,7 @@ def _app(source: str) -> App:
 
 def _settings(bootstrap: str, tmp_path: Path) -> WorkerSettings:
     return WorkerSettings(bootstrap_servers=bootstrap, state_dir=str(tmp_path / "state"),
-                          commit_interval_s=0.2, session_timeout_ms=3_000,
+                          commit_interval_s=0.2, session_timeout_ms=LONG_SESSION_MS,
                           checkpoints=CheckpointSettings(policy="fixed", interval_s=1,
                                                          replicate=False))
 
