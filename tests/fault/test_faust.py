@@ -442,6 +442,16 @@ async def test_faust_worker_serves_the_dashboards_metrics(make_fault_env: MakeFa
         await feeder.produce(4_000, CHUNK, CHUNK_INTERVAL_S)
         await w.wait_for(lambda w: "checkpoint seq" in w.log_text(), 60, "a checkpoint")
         await feeder.produce(2_000, CHUNK, 0.0)
+        # Kill once a commit is past the newest checkpoint, so the restart replays
+        # (the tuner's replay rate has a sample only then). Killed at a checkpoint
+        # instead, it replayed nothing (a loaded run: checkpoint = committed = 750).
+        deadline = time.monotonic() + 60
+        while True:
+            committed, written = await committed_offsets(env), last_checkpoints(w)
+            if any(committed.get(p, 0) > written.get(p, 0) for p in range(env.partitions)):
+                break
+            assert time.monotonic() < deadline, f"committed {committed}, checkpoints {written}"
+            await asyncio.sleep(0.05)
         w.kill()
         w.start()
         await w.wait_live(env.partitions, timeout_s=90)
