@@ -22,6 +22,7 @@ from typing import Any
 
 from streamremat.dev.exceptions import BrokerStartError, PortInUseError
 from streamremat.dev.jars import KAFKA_VERSION, default_home, ensure_jars, file_lock, require_tool
+from streamremat.dev.ports import free_port_pair
 from streamremat.dev.sync import run_sync
 
 HOST = "127.0.0.1"
@@ -382,17 +383,6 @@ def _run_checked(cmd: list[str]) -> str:
             f"command failed (exit {done.returncode}): {shown}\n{done.stdout}{done.stderr}"
         )
     return done.stdout
-
-
-def free_port_pair() -> int:
-    """A port ``p`` such that ``p`` and ``p + 1`` are free now (for a test broker)."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((HOST, 0))
-            port: int = sock.getsockname()[1]
-        if port < 65535 and not _port_open(port) and not _port_open(port + 1):
-            return port
-    raise RuntimeError("no free pair of adjacent ports found on 127.0.0.1")
 
 
 def _port_open(port: int) -> bool:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-import socket
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +36,7 @@ from streamremat.dev.broker import HOST, BrokerConfig, DevBroker, _port_open
 from streamremat.dev.certs import TlsFiles, make_tls_files
 from streamremat.dev.exceptions import BrokerStartError, PortInUseError
 from streamremat.dev.jars import default_home, file_lock
+from streamremat.dev.ports import free_port_run
 from streamremat.dev.sync import run_sync
 from streamremat.runtime.client import KafkaClientConfig, Secret
 
@@ -324,15 +324,3 @@ def client_properties(client: KafkaClientConfig) -> str:
     if client.ssl_cafile:
         lines.append(f"ssl.cafile={client.ssl_cafile}")
     return "\n".join(lines) + "\n"
-
-
-
-def free_port_run(count: int) -> int:
-    """A port ``p`` such that ``p .. p + count - 1`` are free now (for a test cluster)."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((HOST, 0))
-            port: int = sock.getsockname()[1]
-        if port + count <= 65535 and not any(_port_open(p) for p in range(port, port + count)):
-            return port
-    raise RuntimeError(f"no run of {count} free ports found on {HOST}")
