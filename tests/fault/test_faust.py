@@ -16,7 +16,6 @@ import asyncio
 import itertools
 import random
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from collections import Counter
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from streamremat.dev.ports import free_port_run
 from streamremat.integrations.faust import H_IDEMPOTENCY
 from streamremat.metrics.dashboard import dashboard_queries, metric_names
 from streamremat.runtime.client import KafkaClientConfig
@@ -79,18 +79,12 @@ class FaustWorker(WorkerProc):
         )
         # Its own web port: faust binds one even with web_enabled=False.
         cmd = [sys.executable, "-m", "tests.fault.faust_app", "worker", "-l", "info",
-               "--web-port", str(free_port()), *self.extra]
+               "--web-port", str(free_port_run(1)), *self.extra]
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent,
             )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def faust_worker(env: FaultEnv, name: str, checkpoint_interval: float = 1.0) -> FaustWorker:
@@ -422,7 +416,7 @@ async def test_faust_worker_serves_the_dashboards_metrics(make_fault_env: MakeFa
     start raised "topic ... does not exist" and the worker exited), and takes the
     topic's partitions once it is made."""
     env = make_fault_env()
-    port = free_port()
+    port = free_port_run(1)
     env.source = f"{env.source}-made-later"  # the fixture's topic stays unused
     # Checkpoints 5 s apart: the kill below lands between two, so the restart replays.
     w = FaustWorker(env, "a", [], 5.0)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
-import socket
 import time
 import urllib.request
 import uuid
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from streamremat.dev.ports import free_port_run
 from streamremat.runtime.kafka import produce
 from tests.fault.harness import FaultEnv, WorkerProc
 from tests.integration.gaps_support import (
@@ -46,13 +46,6 @@ TOTAL = FIRST + DURING_A + DURING_B
 #: with a client of its own) took 1 s at low load, more on a loaded 2-core machine,
 #: and must stay inside it, or the frozen worker loses its partition.
 SESSION_TIMEOUT_S = 12
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def _wait_committed(env: FaultEnv, w: WorkerProc, target: int, timeout_s: float = 60
@@ -89,7 +82,7 @@ async def test_records_deleted_below_a_frozen_live_worker(
     source = new_topic(partitions=1, config={"retention.ms": "-1"})
     env = FaultEnv(kafka_bootstrap, source, 1, f"gap-{uuid.uuid4().hex[:10]}", tmp_path)
     records = make_records(TOTAL, int(time.time() * 1000) - 10 * 60_000, seed=11)
-    port = _free_port()
+    port = free_port_run(1)
     w = env.worker("a", "--on-retention-gap", policy, "--metrics-port", str(port),
                    "--session-timeout-ms", str(SESSION_TIMEOUT_S * 1000))
     try:

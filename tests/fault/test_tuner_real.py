@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from streamremat.dev.ports import free_port_run
 from streamremat.runtime.kafka import end_offsets
 
 pytestmark = pytest.mark.fault
@@ -37,12 +37,6 @@ PARTITIONS = 2
 RATE = 2_000  # events/s into the source
 RTO_S = 30.0
 FAILURES = 4  # the first, predicted from the prior, is checked against the RTO only
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _start(
@@ -112,7 +106,7 @@ async def _wait_caught_up(bootstrap: str, consumer: Any, topic: str, timeout_s: 
 async def test_recovery_within_rto_and_predicted(kafka_bootstrap: str, new_topic: Any,
                                                  tmp_path: Path) -> None:
     source = new_topic(PARTITIONS, {"retention.ms": "-1"})
-    state, log, port = tmp_path / "state", tmp_path / "worker.log", _free_port()
+    state, log, port = tmp_path / "state", tmp_path / "worker.log", free_port_run(1)
     stop = asyncio.Event()
     producing = asyncio.create_task(_produce_forever(kafka_bootstrap, source, stop))
     consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap,

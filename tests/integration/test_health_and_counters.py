@@ -5,7 +5,6 @@ process across rebalances (issue 10 item 9). In-process workers, real broker."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -15,6 +14,7 @@ from typing import Any
 import orjson
 
 from streamremat import App, Count, Operator, Tumbling
+from streamremat.dev.ports import free_port_run
 from streamremat.metrics.prometheus import PrometheusSensor
 from streamremat.runtime.kafka import ProducerRecord, end_offsets, produce
 from streamremat.runtime.settings import CheckpointSettings, WorkerSettings
@@ -22,12 +22,6 @@ from streamremat.runtime.worker import Worker
 from tests.integration.timing import LONG_SESSION_MS
 
 PARTITIONS = 2
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _get(port: int, path: str) -> tuple[int, str]:
@@ -116,7 +110,7 @@ async def test_ready_and_healthz_follow_restore_replay_live(
     # Another machine (empty state dir, no replica): it restores nothing and replays
     # everything below the committed offsets before it goes live.
     sensor = Recording(app.name)
-    sensor.port = port = _free_port()
+    sensor.port = port = free_port_run(1)
     server, _ = sensor.serve(port, "127.0.0.1", stall_s=1.0)
     try:
         code, text = _get(port, "/ready")

@@ -29,7 +29,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -46,6 +45,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from streamremat.dev.ports import free_port_run
 from streamremat.metrics.dashboard import dashboard_queries
 from streamremat.state.frame import TaskId
 from streamremat.state.rocksdb import corrupt_latest
@@ -101,13 +101,6 @@ def _tool(name: str) -> str:
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
     return found
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _get(url: str, timeout: float = 5.0) -> bytes:
@@ -217,7 +210,7 @@ def scenario(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
     tmp = tmp_path_factory.mktemp("prometheus-e2e")
     procs = _Procs(tmp)
     out = Scenario(logs=procs.logs)
-    metrics_port, prom_port = _free_port(), _free_port()
+    metrics_port, prom_port = free_port_run(1), free_port_run(1)
     group = f"e2e-prometheus-{uuid.uuid4().hex[:8]}"
     state_dir = tmp / "state"
     py = sys.executable

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 import urllib.request
@@ -11,6 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from streamremat.dev.ports import free_port_run
 from streamremat.metrics.prometheus import PrometheusSensor
 from streamremat.metrics.sensor import (
     BOUNDS,
@@ -259,9 +259,7 @@ def test_private_registry_has_process_metrics_and_is_served() -> None:
     names = exported_sample_names(sensor.registry)
     assert "streamremat_records_in_total" in names
     assert "python_info" in names
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port_run(1)
     server, thread = sensor.serve(port, addr="127.0.0.1")
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
