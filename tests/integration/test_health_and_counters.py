@@ -12,6 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from aiokafka.errors import (
+    CoordinatorLoadInProgressError,
+    GroupCoordinatorNotAvailableError,
+    NotCoordinatorError,
+)
 
 from streamremat import App, Count, Operator, Tumbling
 from streamremat.dev.ports import free_port_run
@@ -81,6 +86,9 @@ async def _committed_all(worker: Worker, bootstrap: str, topic: str) -> bool:
     await admin.start()
     try:
         found = await admin.list_consumer_group_offsets(worker.group_id)
+    except (GroupCoordinatorNotAvailableError, CoordinatorLoadInProgressError,
+            NotCoordinatorError):
+        return False  # retriable: the group's coordinator is still loading or moving
     finally:
         await admin.close()
     got = {tp.partition: om.offset for tp, om in found.items() if tp.topic == topic}
