@@ -18,8 +18,8 @@ use pyo3::types::PyBytes;
 use crate::accs::{Shape, COUNT, MAX, MEAN, MIN, SUM};
 use crate::murmur::murmur2;
 use crate::num::Num;
-use crate::outjson::{write_float, write_str, Bail, R};
-use crate::output::EncodedResults;
+use crate::outjson::{write_float, Bail, R};
+use crate::output::{quoted_names, value_head, EncodedResults};
 use crate::store::Win;
 use crate::table::Table;
 
@@ -263,18 +263,8 @@ impl WinRows {
             }
         }
         let n = self.key_ends.len();
-        let mut head = Vec::new();
-        head.extend_from_slice(b"{\"end_ms\":");
-        head.extend_from_slice(end.to_string().as_bytes());
-        head.extend_from_slice(b",\"start_ms\":");
-        head.extend_from_slice(start.to_string().as_bytes());
-        head.extend_from_slice(b",\"value\":");
-        let quoted: Vec<Vec<u8>> = names.iter().flatten().map(|name| {
-            let mut q = Vec::new();
-            write_str(&mut q, name);
-            q.push(b':');
-            q
-        }).collect();
+        let head = value_head(start, end);
+        let quoted = quoted_names(names.as_deref());
         let mut values = Vec::with_capacity(n * (head.len() + 24));
         let mut value_ends = Vec::with_capacity(n);
         let w = shape.width;

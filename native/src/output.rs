@@ -123,19 +123,8 @@ pub fn encode_accumulators(
     if accs.len() != n {
         return Err(PyValueError::new_err("one accumulator per key"));
     }
-    // the names' JSON and the head shared by every value
-    let mut head = Vec::new();
-    head.extend_from_slice(b"{\"end_ms\":");
-    head.extend_from_slice(end.to_string().as_bytes());
-    head.extend_from_slice(b",\"start_ms\":");
-    head.extend_from_slice(start.to_string().as_bytes());
-    head.extend_from_slice(b",\"value\":");
-    let quoted: Vec<Vec<u8>> = names.iter().flatten().map(|name| {
-        let mut q = Vec::new();
-        write_str(&mut q, name);
-        q.push(b':');
-        q
-    }).collect();
+    let head = value_head(start, end);
+    let quoted = quoted_names(names.as_deref());
     let mut enc = EncodedResults {
         keys: Vec::with_capacity(n * 16),
         key_ends: Vec::with_capacity(n),
@@ -179,6 +168,28 @@ pub fn encode_accumulators(
         enc.value_ends.push(v.len());
     }
     Ok(Some(enc))
+}
+
+/// The bytes every result value of one window starts with: `{"end_ms":E,"start_ms":S,"value":`
+/// (the default output's keys in sorted order, as orjson writes them).
+pub(crate) fn value_head(start: i64, end: i64) -> Vec<u8> {
+    let mut head = Vec::new();
+    head.extend_from_slice(b"{\"end_ms\":");
+    head.extend_from_slice(end.to_string().as_bytes());
+    head.extend_from_slice(b",\"start_ms\":");
+    head.extend_from_slice(start.to_string().as_bytes());
+    head.extend_from_slice(b",\"value\":");
+    head
+}
+
+/// Each name of a dict of aggregations as its JSON string and a colon, in order.
+pub(crate) fn quoted_names(names: Option<&[String]>) -> Vec<Vec<u8>> {
+    names.into_iter().flatten().map(|name| {
+        let mut q = Vec::new();
+        write_str(&mut q, name);
+        q.push(b':');
+        q
+    }).collect()
 }
 
 #[pymethods]
