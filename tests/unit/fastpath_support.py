@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from streamremat import Count, Hopping, Max, Mean, Min, Operator, Sum, Tumbling
 from streamremat.core.records import Record
 from streamremat.core.task import Task
+from streamremat.runtime.outputs import OutRecord, ResultRun
 
 T0 = 1_000
 
@@ -96,3 +97,17 @@ def run_task(task: Task, batches: list[list[Record]], snapshot_at: set[int]) -> 
 def canon(value: Any) -> Any:
     """Results compared with their types (1 vs 1.0) and the sign of zero."""
     return repr(value)
+
+
+def sink_rows(records: list[Any]) -> list[tuple[str, bytes | None, bytes | None, int | None]]:
+    """(topic, key, value, timestamp) of each record ``to_sendables`` or ``to_records``
+    gave, whether encoded natively in runs or one by one: what the sink receives."""
+    rows: list[tuple[str, bytes | None, bytes | None, int | None]] = []
+    for rec in records:
+        if isinstance(rec, ResultRun):
+            keys, values, times = rec.encoded.columns()
+            rows += [(rec.topic, k, v, t) for k, v, t in zip(keys, values, times, strict=True)]
+        else:
+            assert isinstance(rec, OutRecord)
+            rows.append((rec.topic, rec.key, rec.value, rec.timestamp_ms))
+    return rows

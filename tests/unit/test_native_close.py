@@ -21,8 +21,8 @@ from streamremat.core import closing, fastpath, native_state
 from streamremat.core.closing import ClosedWindows, FixedSlice
 from streamremat.core.records import BatchOutput, Record
 from streamremat.core.task import Task
-from streamremat.runtime.outputs import OutRecord, ResultRun, to_sendables
-from tests.unit.fastpath_support import T0, WINDOWS, make_op, numbers, streams
+from streamremat.runtime.outputs import to_sendables
+from tests.unit.fastpath_support import T0, WINDOWS, make_op, numbers, sink_rows, streams
 from tests.unit.reference import RefWindow, run_reference
 from tests.unit.test_native_state import TABLE_SHAPES
 
@@ -45,18 +45,6 @@ def _build(make: Callable[[], Task], arm: str) -> Task:
         fastpath.enabled, fastpath.native_enabled, fastpath.native_state_enabled = saved
 
 
-def _sink_rows(recs: list[Any]) -> list[tuple[str, bytes | None, bytes | None, int | None]]:
-    rows: list[tuple[str, bytes | None, bytes | None, int | None]] = []
-    for r in recs:
-        if isinstance(r, ResultRun):
-            keys, values, times = r.encoded.columns()
-            rows += [(r.topic, k, v, t) for k, v, t in zip(keys, values, times, strict=True)]
-        else:
-            assert isinstance(r, OutRecord)
-            rows.append((r.topic, r.key, r.value, r.timestamp_ms))
-    return rows
-
-
 def _run(op: Any, arm: str, batches: list[list[Record]], monkeypatch: pytest.MonkeyPatch
          ) -> tuple[list[Any], int]:
     """Everything observable per batch, the closing taken step by step as the
@@ -74,11 +62,11 @@ def _run(op: Any, arm: str, batches: list[list[Record]], monkeypatch: pytest.Mon
             if type(piece) is FixedSlice and piece.rows is not None:
                 native_slices += 1
             part = BatchOutput(results=piece)
-            rows = _sink_rows(to_sendables(op, 0, part))  # first: ``len`` builds results
+            rows = sink_rows(to_sendables(op, 0, part))  # first: ``len`` builds results
             steps.append((len(piece), rows,
                           [(f.key, f.start_ms, f.stage, f.reason) for f in part.failed]))
         rest = BatchOutput(dead_letters=out.dead_letters, late=out.late, failed=out.failed)
-        seen.append((steps, _sink_rows(to_sendables(op, 0, rest)),
+        seen.append((steps, sink_rows(to_sendables(op, 0, rest)),
                      task.snapshot(full=i % 2 == 0)))
     seen.append(task.snapshot(full=True))
     return seen, native_slices
@@ -137,7 +125,7 @@ def test_native_close_encodes_the_references_results(
             closed = task.process(stream[lo : lo + cut]).results
             assert isinstance(closed, ClosedWindows)
             while (piece := closed.next_slice()) is not None:
-                rows = _sink_rows(to_sendables(op, 0, BatchOutput(results=piece)))
+                rows = sink_rows(to_sendables(op, 0, BatchOutput(results=piece)))
                 # encoded from the table's rows, no result built
                 native_slices += (type(piece) is FixedSlice and piece.rows is not None
                                   and piece._built is None)
@@ -197,7 +185,7 @@ def test_a_mean_it_cannot_divide_exactly_is_built_in_python(
         pieces = []
         while (piece := closed.next_slice()) is not None:
             pieces.append(piece)
-        got[arm] = [_sink_rows(to_sendables(op, 0, BatchOutput(results=p))) for p in pieces]
+        got[arm] = [sink_rows(to_sendables(op, 0, BatchOutput(results=p))) for p in pieces]
         if arm == "native_close":
             assert type(pieces[0]) is FixedSlice and pieces[0].rows is not None
     assert got["native_close"] == got["python"]

@@ -26,6 +26,7 @@ from streamremat.core.records import BatchOutput, Record, WindowResult
 from streamremat.core.task import Task
 from streamremat.runtime.outputs import OutRecord, ResultRun, to_records, to_sendables
 from streamremat.runtime.recovery_report import result_latencies
+from tests.unit.fastpath_support import sink_rows
 
 native = pytest.importorskip("streamremat_native")
 #: every test here compares the native encoder with the Python one: with
@@ -192,18 +193,6 @@ def _op(aggregate: Any) -> Operator:
                     aggregate=aggregate)
 
 
-def _rows(records: list[Any]) -> list[tuple[str, bytes | None, bytes | None, int | None]]:
-    rows = []
-    for rec in records:
-        if isinstance(rec, ResultRun):
-            keys, values, times = rec.encoded.columns()
-            rows += [(rec.topic, k, v, t) for k, v, t in zip(keys, values, times, strict=True)]
-        else:
-            assert isinstance(rec, OutRecord)
-            rows.append((rec.topic, rec.key, rec.value, rec.timestamp_ms))
-    return rows
-
-
 @pytest.mark.parametrize("aggregate", [
     {"n": Count(), "total": Sum("x")}, {"total": Sum("x"), "n": Count()},
     {"lo": Min("x"), "hi": Max("x"), "avg": Mean("x")}, Count(), Mean("x"),
@@ -227,8 +216,8 @@ def test_to_records_native_and_python_give_the_same_records(
     monkeypatch.setattr(fastpath, "native_enabled", False)  # what STREAMREMAT_NATIVE=0 gives
     python_records = to_sendables(op, 0, BatchOutput(results=list(results)))
     assert all(isinstance(r, OutRecord) for r in python_records)
-    assert _rows(native_records) == _rows(python_records)
-    assert _rows(python_records) == _rows(to_records(op, 0, BatchOutput(results=results)))
+    assert sink_rows(native_records) == sink_rows(python_records)
+    assert sink_rows(python_records) == sink_rows(to_records(op, 0, BatchOutput(results=results)))
 
 
 def test_a_result_orjson_refuses_fails_into_the_dead_letters_as_in_python() -> None:
@@ -302,7 +291,7 @@ def test_closed_windows_encoded_from_accumulators_are_pythons_records(
     monkeypatch.setattr(fastpath, "native_enabled", False)
     python_outs = _slices(op, events)
     python_records = [to_sendables(op, 0, out) for out in python_outs]
-    assert [_rows(r) for r in native_records] == [_rows(r) for r in python_records]
+    assert [sink_rows(r) for r in native_records] == [sink_rows(r) for r in python_records]
     assert [len(o.results) for o in native_outs] == [len(o.results) for o in python_outs]
     assert [o.failed for o in native_outs] == [o.failed for o in python_outs]
     if isinstance(aggregate, dict) and "total" in aggregate:  # sums past 64 bits
