@@ -12,12 +12,6 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from aiokafka.errors import (
-    CoordinatorLoadInProgressError,
-    GroupCoordinatorNotAvailableError,
-    NotCoordinatorError,
-)
-
 from streamremat.runtime.kafka import ConsumedRecord, admin_client, consume_all, end_offsets
 from tests.expect import (
     Expected,
@@ -31,6 +25,7 @@ from tests.expect import (
 )
 from tests.fault.apps import TUMBLING
 from tests.fault.harness import FaultEnv, WorkerProc, recovery_summary
+from tests.integration.group_offsets import committed_by_partition
 
 
 async def read_source(env: FaultEnv) -> list[SourceRow]:
@@ -75,18 +70,13 @@ def assert_same_results(actual: Counter[Result], expected: Counter[Result], logs
 
 
 async def committed_offsets(env: FaultEnv) -> dict[int, int]:
-    for attempt in range(20):
-        try:
-            async with admin_client(env.bootstrap) as admin:
-                offsets = await admin.list_consumer_group_offsets(env.group)
-            break
-        except (GroupCoordinatorNotAvailableError, NotCoordinatorError,
-                CoordinatorLoadInProgressError):
-            # The offsets topic is still being created, or its leader just moved.
-            if attempt == 19:
-                raise
-            await asyncio.sleep(0.5)
-    return {tp.partition: om.offset for tp, om in offsets.items() if tp.topic == env.source}
+    async with admin_client(env.bootstrap) as admin:
+        for _ in range(20):
+            offsets = await committed_by_partition(admin, env.group, env.source)
+            if offsets is not None:
+                return offsets
+            await asyncio.sleep(0.5)  # the offsets topic is being made, or its leader moved
+    raise AssertionError(f"{env.group}'s coordinator not ready after 10 s")
 
 
 async def wait_caught_up(

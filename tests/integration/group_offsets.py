@@ -1,8 +1,21 @@
-"""What a consumer group has committed, summed over a topic's partitions."""
+"""What a consumer group has committed: summed over a topic's partitions, or per
+partition through an admin client, with the coordinator's transient errors of a
+fresh broker (or of a moving offsets-topic leader) taken as "not yet"."""
 
 from __future__ import annotations
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import (
+    CoordinatorLoadInProgressError,
+    GroupCoordinatorNotAvailableError,
+    NotCoordinatorError,
+)
+
+#: A group's coordinator answers these while the offsets topic is being created or
+#: its leader moves: retriable, never a test failure by themselves.
+COORDINATOR_NOT_READY = (GroupCoordinatorNotAvailableError, CoordinatorLoadInProgressError,
+                         NotCoordinatorError)
 
 
 async def committed_total(bootstrap: str, group: str, topic: str, partitions: int) -> int:
@@ -15,3 +28,15 @@ async def committed_total(bootstrap: str, group: str, topic: str, partitions: in
                     for p in range(partitions)])
     finally:
         await consumer.stop()
+
+
+async def committed_by_partition(admin: AIOKafkaAdminClient, group: str,
+                            topic: str) -> dict[int, int] | None:
+    """``group``'s committed offset per partition of ``topic`` (partitions without a
+    commit left out), or None while the group's coordinator is not ready."""
+    try:
+        found = await admin.list_consumer_group_offsets(group)
+    except COORDINATOR_NOT_READY:
+        return None
+    return {tp.partition: om.offset for tp, om in found.items()
+            if tp.topic == topic and om.offset >= 0}

@@ -12,11 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka.errors import (
-    CoordinatorLoadInProgressError,
-    GroupCoordinatorNotAvailableError,
-    NotCoordinatorError,
-)
 
 from streamremat import App, Count, Operator, Tumbling
 from streamremat.dev.ports import free_port_run
@@ -24,6 +19,7 @@ from streamremat.metrics.prometheus import PrometheusSensor
 from streamremat.runtime.kafka import ProducerRecord, end_offsets, produce
 from streamremat.runtime.settings import CheckpointSettings, WorkerSettings
 from streamremat.runtime.worker import Worker
+from tests.integration.group_offsets import committed_by_partition
 from tests.integration.timing import LONG_SESSION_MS
 
 PARTITIONS = 2
@@ -85,13 +81,11 @@ async def _committed_all(worker: Worker, bootstrap: str, topic: str) -> bool:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        found = await admin.list_consumer_group_offsets(worker.group_id)
-    except (GroupCoordinatorNotAvailableError, CoordinatorLoadInProgressError,
-            NotCoordinatorError):
-        return False  # retriable: the group's coordinator is still loading or moving
+        got = await committed_by_partition(admin, worker.group_id, topic)
     finally:
         await admin.close()
-    got = {tp.partition: om.offset for tp, om in found.items() if tp.topic == topic}
+    if got is None:
+        return False  # the group's coordinator is still loading or moving
     return all(got.get(p, -1) >= end for p, end in ends.items())
 
 

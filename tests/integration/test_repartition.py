@@ -16,11 +16,6 @@ import orjson
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import RecordsToDelete
-from aiokafka.errors import (
-    CoordinatorLoadInProgressError,
-    GroupCoordinatorNotAvailableError,
-    NotCoordinatorError,
-)
 
 from streamremat import App, Count, Operator, Sum, Tumbling
 from streamremat.core.topology import repartition_topic
@@ -38,6 +33,7 @@ from streamremat.runtime.kafka import (
 from streamremat.runtime.outputs import partition_for
 from streamremat.runtime.settings import CheckpointSettings, WorkerSettings
 from streamremat.runtime.worker import Worker
+from tests.integration.group_offsets import committed_by_partition
 from tests.integration.timing import LONG_SESSION_MS
 from tests.unit.reference import RefWindow, run_reference
 
@@ -126,12 +122,7 @@ async def wait_forwarded(bootstrap: str, group: str, source: str, task: asyncio.
     deadline = time.monotonic() + timeout_s
     async with admin_client(bootstrap) as admin:
         while True:
-            try:
-                found = await admin.list_consumer_group_offsets(group)
-            except (GroupCoordinatorNotAvailableError, CoordinatorLoadInProgressError,
-                    NotCoordinatorError):
-                found = {}  # retriable: the group's coordinator is still loading or moving
-            done = {tp.partition: om.offset for tp, om in found.items() if tp.topic == source}
+            done = await committed_by_partition(admin, group, source) or {}
             if all(done.get(p, -1) >= end for p, end in ends.items()):
                 return
             assert not task.done(), f"worker stopped early with {task.result()}"
