@@ -1,6 +1,7 @@
 """.ci/ensure-tools, which `make test` runs first: the tools the suite needs are
 installed (root with apt-get, as CI) or the run fails saying how; never a silent
-skip of the Prometheus tests. Runs the real script with a PATH of stand-ins."""
+skip of the Prometheus or compose tests. Runs the real script with a PATH of
+stand-ins."""
 
 from __future__ import annotations
 
@@ -29,10 +30,10 @@ def _run(bin_dir: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def bin_dir(tmp_path: Path) -> Path:
-    """A PATH with Java and Maven but no Prometheus, run by uid 1000."""
+    """A PATH with Java, Maven and docker-compose but no Prometheus, run by uid 1000."""
     d = tmp_path / "bin"
     d.mkdir()
-    for name in ("java", "mvn"):
+    for name in ("java", "mvn", "docker-compose"):
         _stub(d, name)
     _stub(d, "id", "echo 1000")
     return d
@@ -63,7 +64,7 @@ def test_root_with_apt_installs_debian_prometheus(bin_dir: Path) -> None:
     calls = log.read_text().splitlines()
     assert calls[0] == "update -qq"
     assert calls[1].split()[-1] == "prometheus" and "install" in calls[1].split()
-    assert "installing Debian's prometheus package" in done.stderr
+    assert "installing Debian's prometheus for the tests" in done.stderr
 
 
 def test_missing_java_fails_naming_it(bin_dir: Path) -> None:
@@ -73,3 +74,34 @@ def test_missing_java_fails_naming_it(bin_dir: Path) -> None:
     done = _run(bin_dir)
     assert done.returncode == 1
     assert "'java'" in done.stderr and "openjdk" in done.stderr, done.stderr
+
+
+def test_missing_compose_fails_saying_how(bin_dir: Path) -> None:
+    for name in ("prometheus", "promtool"):
+        _stub(bin_dir, name)
+    (bin_dir / "docker-compose").unlink()
+    done = _run(bin_dir)
+    assert done.returncode == 1
+    assert "apt-get install -y --no-install-recommends docker-compose" in done.stderr, done.stderr
+
+
+def test_dockers_compose_plugin_is_enough(bin_dir: Path) -> None:
+    for name in ("prometheus", "promtool"):
+        _stub(bin_dir, name)
+    (bin_dir / "docker-compose").unlink()
+    _stub(bin_dir, "docker", '[ "$1 $2" = "compose version" ]')
+    done = _run(bin_dir)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_root_with_apt_installs_both_packages(bin_dir: Path) -> None:
+    log = bin_dir.parent / "apt.log"
+    (bin_dir / "docker-compose").unlink()
+    _stub(bin_dir, "id", "echo 0")
+    _stub(bin_dir, "apt-get", f'echo "$@" >> {log}\n'
+          f'case "$*" in *install*) for t in prometheus promtool docker-compose; do '
+          f'printf "#!/bin/sh\\n" > {bin_dir}/$t; {CHMOD} +x {bin_dir}/$t; done;; esac')
+    done = _run(bin_dir)
+    assert done.returncode == 0, done.stderr
+    install = log.read_text().splitlines()[1].split()
+    assert "install" in install and install[-2:] == ["prometheus", "docker-compose"], install
