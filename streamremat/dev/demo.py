@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import logging
 import os
 import random
 import re
@@ -35,6 +36,7 @@ from streamremat.core.records import Record
 from streamremat.core.task import Task
 from streamremat.dev.broker import DEFAULT_PORT, BrokerConfig, DevBroker
 from streamremat.dev.exceptions import DevBrokerError
+from streamremat.logging import TextFormatter
 from streamremat.runtime.client import KafkaClientConfig
 from streamremat.runtime.commands import add_kafka_client_arguments, client_config_from_args
 from streamremat.runtime.kafka import (
@@ -209,6 +211,12 @@ async def _demo(client: KafkaClientConfig, client_env: dict[str, str], events: i
 
     workdir = Path(tempfile.mkdtemp(prefix=f"streamremat-demo-{run}-"))
     state_dir, log = workdir / "state", workdir / "worker.log"
+    # The demo's own clients log a fresh broker's retriable coordinator errors
+    # ("Group Coordinator Request failed"; they retry): to a file beside the
+    # worker's log, so the console holds the demo's lines only.
+    clients_log = logging.FileHandler(workdir / "clients.log")
+    clients_log.setFormatter(TextFormatter())
+    logging.getLogger("aiokafka").addHandler(clients_log)
     group = app.group_id
     print(f"demo {run}: {events:,} clicks by {users:,} users -> {operator.source} "
           f"({PARTITIONS} partitions); worker log {log}")
@@ -238,9 +246,14 @@ async def _demo(client: KafkaClientConfig, client_env: dict[str, str], events: i
                 worker.kill()
     text = log.read_text(errors="replace")[mark:]
     for m in RECOVERY.finditer(text):
+        committed, replayed = int(m["committed"]), int(m["replayed"])
+        # A replay may start below the checkpoint: the windows it stored as "recompute"
+        # (docs/rematerialization.md) are rebuilt from their first record.
+        below = m["ckpt"].isdigit() and committed - replayed < int(m["ckpt"])
         print(f"  partition {m['p']}: restored checkpoint at offset {m['ckpt']} from "
-              f"{m['source']} in {float(m['restore_s']):.2f} s, replayed {int(m['replayed']):,} "
-              f"records (to committed offset {int(m['committed']):,}) in "
+              f"{m['source']} in {float(m['restore_s']):.2f} s, replayed {replayed:,} records "
+              f"(offsets {committed - replayed:,} to the committed {committed:,}"
+              f"{', for the windows it recomputes' if below else ''}) in "
               f"{float(m['replay_s']):.2f} s")
     print(f"restarted worker caught up in {caught_up:.1f} s; it exited with "
           f"{worker.returncode} on SIGTERM")
