@@ -39,9 +39,24 @@ def bin_dir(tmp_path: Path) -> Path:
     return d
 
 
-def test_all_tools_present_is_quiet(bin_dir: Path) -> None:
+def _with_prometheus(bin_dir: Path) -> None:
     for name in ("prometheus", "promtool"):
         _stub(bin_dir, name)
+
+
+def _root_with_apt(bin_dir: Path, installs: str) -> Path:
+    """Run as root with an apt-get stand-in that logs its calls (the returned file)
+    and, on install, puts stand-ins of ``installs`` (command names) on the PATH."""
+    log = bin_dir.parent / "apt.log"
+    _stub(bin_dir, "id", "echo 0")
+    _stub(bin_dir, "apt-get", f'echo "$@" >> {log}\n'
+          f'case "$*" in *install*) for t in {installs}; do '
+          f'printf "#!/bin/sh\\n" > {bin_dir}/$t; {CHMOD} +x {bin_dir}/$t; done;; esac')
+    return log
+
+
+def test_all_tools_present_is_quiet(bin_dir: Path) -> None:
+    _with_prometheus(bin_dir)
     done = _run(bin_dir)
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
@@ -54,11 +69,7 @@ def test_missing_prometheus_fails_saying_how(bin_dir: Path) -> None:
 
 def test_root_with_apt_installs_debian_prometheus(bin_dir: Path) -> None:
     """As on CI: apt-get update, then install the package, and the run goes on."""
-    log = bin_dir.parent / "apt.log"
-    _stub(bin_dir, "id", "echo 0")
-    _stub(bin_dir, "apt-get", f'echo "$@" >> {log}\n'
-          f'case "$*" in *install*) for t in prometheus promtool; do '
-          f'printf "#!/bin/sh\\n" > {bin_dir}/$t; {CHMOD} +x {bin_dir}/$t; done;; esac')
+    log = _root_with_apt(bin_dir, "prometheus promtool")
     done = _run(bin_dir)
     assert done.returncode == 0, done.stderr
     calls = log.read_text().splitlines()
@@ -68,8 +79,7 @@ def test_root_with_apt_installs_debian_prometheus(bin_dir: Path) -> None:
 
 
 def test_missing_java_fails_naming_it(bin_dir: Path) -> None:
-    for name in ("prometheus", "promtool"):
-        _stub(bin_dir, name)
+    _with_prometheus(bin_dir)
     (bin_dir / "java").unlink()
     done = _run(bin_dir)
     assert done.returncode == 1
@@ -77,8 +87,7 @@ def test_missing_java_fails_naming_it(bin_dir: Path) -> None:
 
 
 def test_missing_compose_fails_saying_how(bin_dir: Path) -> None:
-    for name in ("prometheus", "promtool"):
-        _stub(bin_dir, name)
+    _with_prometheus(bin_dir)
     (bin_dir / "docker-compose").unlink()
     done = _run(bin_dir)
     assert done.returncode == 1
@@ -86,8 +95,7 @@ def test_missing_compose_fails_saying_how(bin_dir: Path) -> None:
 
 
 def test_dockers_compose_plugin_is_enough(bin_dir: Path) -> None:
-    for name in ("prometheus", "promtool"):
-        _stub(bin_dir, name)
+    _with_prometheus(bin_dir)
     (bin_dir / "docker-compose").unlink()
     _stub(bin_dir, "docker", '[ "$1 $2" = "compose version" ]')
     done = _run(bin_dir)
@@ -95,12 +103,8 @@ def test_dockers_compose_plugin_is_enough(bin_dir: Path) -> None:
 
 
 def test_root_with_apt_installs_both_packages(bin_dir: Path) -> None:
-    log = bin_dir.parent / "apt.log"
     (bin_dir / "docker-compose").unlink()
-    _stub(bin_dir, "id", "echo 0")
-    _stub(bin_dir, "apt-get", f'echo "$@" >> {log}\n'
-          f'case "$*" in *install*) for t in prometheus promtool docker-compose; do '
-          f'printf "#!/bin/sh\\n" > {bin_dir}/$t; {CHMOD} +x {bin_dir}/$t; done;; esac')
+    log = _root_with_apt(bin_dir, "prometheus promtool docker-compose")
     done = _run(bin_dir)
     assert done.returncode == 0, done.stderr
     install = log.read_text().splitlines()[1].split()
