@@ -249,12 +249,13 @@ async def _demo(client: KafkaClientConfig, client_env: dict[str, str], events: i
         committed, replayed = int(m["committed"]), int(m["replayed"])
         # A replay may start below the checkpoint: the windows it stored as "recompute"
         # (docs/rematerialization.md) are rebuilt from their first record.
-        below = m["ckpt"].isdigit() and committed - replayed < int(m["ckpt"])
+        start = committed - replayed
+        below = int(m["ckpt"]) - start if m["ckpt"].isdigit() else 0
+        why = f"; the {below:,} below the checkpoint rebuild the windows it recomputes"
         print(f"  partition {m['p']}: restored checkpoint at offset {m['ckpt']} from "
               f"{m['source']} in {float(m['restore_s']):.2f} s, replayed {replayed:,} records "
-              f"(offsets {committed - replayed:,} to the committed {committed:,}"
-              f"{', for the windows it recomputes' if below else ''}) in "
-              f"{float(m['replay_s']):.2f} s")
+              f"(offsets {start:,} to the committed {committed:,}{why if below > 0 else ''}) "
+              f"in {float(m['replay_s']):.2f} s")
     print(f"restarted worker caught up in {caught_up:.1f} s; it exited with "
           f"{worker.returncode} on SIGTERM")
 
