@@ -103,10 +103,15 @@ def _index_bytes(d: Path) -> int:
                if p.suffix in (".index", ".timeindex", ".txnindex"))
 
 
+def checkpoint_topic(group: str) -> str:
+    """The replica topic of a streamremat App named ``group`` (as the bench names it)."""
+    return f"streamremat-{group}-checkpoints"
+
+
 def state_topics(engine: str, group: str, topics: list[str]) -> list[str]:
     """The engine's internal topics: changelogs or checkpoints, and repartition topics."""
     if engine == "streamremat":
-        return [t for t in topics if t in (f"streamremat-{group}-checkpoints",
+        return [t for t in topics if t in (checkpoint_topic(group),
                                            f"streamremat-{group}-win-repartition")]
     if engine == "quix":
         return [t for t in topics if t.startswith((f"changelog__{group}",
@@ -115,7 +120,7 @@ def state_topics(engine: str, group: str, topics: list[str]) -> list[str]:
         return [t for t in topics if t.startswith(f"{group}-")
                 and t.endswith(("-changelog", "-repartition"))]
     if engine == "faust-streamremat":  # faust itself writes no changelog there
-        return [t for t in topics if t == f"streamremat-{group}-checkpoints"
+        return [t for t in topics if t == checkpoint_topic(group)
                 or (t.startswith(f"{group}-") and t.endswith("-changelog"))]
     return []
 

@@ -81,6 +81,7 @@ from _peers_run import (  # noqa: E402
     Run,
     Windows,
     _plain_key,
+    checkpoint_topic,
     compare,
     dir_bytes,
     engine_python,
@@ -232,7 +233,7 @@ async def wait_first_checkpoint(bootstrap: str, engine: str, group: str,
     once it is durable. The rate is the commits' (``wait_for``), so it is unchanged."""
     if engine not in ("streamremat", "faust-streamremat"):
         return
-    topic = f"streamremat-{group}-checkpoints"
+    topic = checkpoint_topic(group)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if topic in await list_topics(bootstrap) and sum(

@@ -31,7 +31,7 @@ async def committed_total(bootstrap: str, group: str, topic: str, partitions: in
 
 
 async def committed_by_partition(admin: AIOKafkaAdminClient, group: str,
-                            topic: str) -> dict[int, int] | None:
+                                 topic: str) -> dict[int, int] | None:
     """``group``'s committed offset per partition of ``topic`` (partitions without a
     commit left out), or None while the group's coordinator is not ready."""
     try:

@@ -117,14 +117,16 @@ def _compose_command() -> list[str]:
     return [legacy]
 
 
-def test_docker_compose_config_accepts_the_file() -> None:
-    result = subprocess.run(
-        [*_compose_command(), "-f", str(ROOT / "docker-compose.yml"), "config", "-q"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
+def _compose_config(folder: Path) -> subprocess.CompletedProcess[str]:
+    """``compose config -q`` on ``folder``'s docker-compose.yml (a schema check)."""
+    return subprocess.run(
+        [*_compose_command(), "-f", str(folder / "docker-compose.yml"), "config", "-q"],
+        cwd=folder, capture_output=True, text=True, timeout=60,
     )
+
+
+def test_docker_compose_config_accepts_the_file() -> None:
+    result = _compose_config(ROOT)
     assert result.returncode == 0, result.stderr
 
 
@@ -133,10 +135,7 @@ def test_docker_compose_config_refuses_a_broken_file(tmp_path: Path) -> None:
     broken = (ROOT / "docker-compose.yml").read_text().replace(
         "service_completed_successfully", "service_finished_maybe")
     (tmp_path / "docker-compose.yml").write_text(broken)
-    result = subprocess.run(
-        [*_compose_command(), "-f", str(tmp_path / "docker-compose.yml"), "config", "-q"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
-    )
+    result = _compose_config(tmp_path)
     assert result.returncode != 0
     assert "service_finished_maybe" in result.stderr + result.stdout
 
